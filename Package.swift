@@ -1,0 +1,115 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+let strict: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+    .enableUpcomingFeature("InternalImportsByDefault"),
+]
+
+let package = Package(
+    name: "tokenvault",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "vaultd", targets: ["vaultd"]),
+        .executable(name: "vaultctl", targets: ["vaultctl"]),
+        .library(name: "VaultClient", targets: ["VaultClient"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.0"),
+        .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.0"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CSodium",
+            pkgConfig: "libsodium",
+            providers: [.apt(["libsodium-dev"])]
+        ),
+        .systemLibrary(
+            name: "CLibSecret",
+            pkgConfig: "libsecret-1",
+            providers: [.apt(["libsecret-1-dev"])]
+        ),
+        .target(name: "CVaultSystem"),
+        .target(
+            name: "VaultCrypto",
+            dependencies: ["CSodium"],
+            swiftSettings: strict
+        ),
+        .target(
+            name: "VaultStore",
+            dependencies: [
+                "VaultCrypto",
+                "CVaultSystem",
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+        .target(
+            name: "VaultProtocol",
+            dependencies: ["VaultCrypto"],
+            swiftSettings: strict
+        ),
+        .target(
+            name: "VaultDaemon",
+            dependencies: [
+                "VaultProtocol",
+                "VaultStore",
+                "VaultCrypto",
+                "CVaultSystem",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOExtras", package: "swift-nio-extras"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict
+        ),
+        .target(
+            name: "VaultClient",
+            dependencies: ["VaultProtocol", "VaultCrypto"],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "vaultd",
+            dependencies: [
+                "VaultDaemon",
+                "VaultStore",
+                "CVaultSystem",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "vaultctl",
+            dependencies: [
+                "VaultClient",
+                "VaultProtocol",
+                "VaultCrypto",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strict
+        ),
+        .testTarget(name: "VaultCryptoTests", dependencies: ["VaultCrypto"]),
+        .testTarget(name: "VaultStoreTests", dependencies: ["VaultStore", "VaultCrypto"]),
+        .testTarget(name: "VaultProtocolTests", dependencies: ["VaultProtocol", "VaultCrypto"]),
+        .testTarget(
+            name: "VaultDaemonTests",
+            dependencies: [
+                "VaultDaemon", "VaultStore", "VaultProtocol", "VaultClient", "VaultCrypto",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle"),
+            ]
+        ),
+    ]
+)

@@ -1,0 +1,18 @@
+#ifndef CVAULTSYSTEM_H
+#define CVAULTSYSTEM_H
+
+#include <stdint.h>
+
+/// Layout-identical to Linux `struct ucred`, which Swift's Glibc module hides
+/// behind _GNU_SOURCE. system.c checks the layout at compile time.
+typedef struct {
+    int32_t pid;
+    uint32_t uid;
+    uint32_t gid;
+} vault_peer_credentials;
+
+/// prctl(PR_SET_DUMPABLE, 0), as ssh-agent does: no core dumps, no ptrace by
+/// other processes of the same user. prctl is variadic, hence this shim.
+int vault_set_undumpable(void);
+
+#endif

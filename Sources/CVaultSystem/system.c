@@ -1,0 +1,13 @@
+#define _GNU_SOURCE
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <stddef.h>
+
+#include "CVaultSystem.h"
+
+_Static_assert(sizeof(struct ucred) == sizeof(vault_peer_credentials), "ucred layout");
+_Static_assert(offsetof(struct ucred, uid) == offsetof(vault_peer_credentials, uid), "ucred uid");
+
+int vault_set_undumpable(void) {
+    return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+}

@@ -1,0 +1,137 @@
+public import Foundation
+import Glibc
+public import VaultProtocol
+
+/// A blocking connection to vaultd, one request at a time: what a command
+/// line tool wants (no threads, no event loop, quick to start).
+///
+/// ```swift
+/// let vault = try VaultConnection(path: TokenVault.socketPath(explicit: nil))
+/// let status = try vault.call(.status, as: StatusResult.self)
+/// ```
+public final class VaultConnection {
+    public let path: String
+    private let fd: Int32
+    private var buffer: [UInt8] = []
+    private var nextID: Int64 = 1
+    /// Replies longer than this are refused rather than buffered without bound.
+    private static let maximumReplyBytes = 4 << 20
+
+    /// Connects to the socket at `path`; fails with a sentence saying what to do.
+    public init(path: String) throws(VaultError) {
+        self.path = path
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw VaultError(.internalError, "cannot create a socket: \(Self.reason())") }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let capacity = MemoryLayout.size(ofValue: address.sun_path)
+        guard path.utf8.count < capacity else {
+            close(fd)
+            throw VaultError(.badRequest, "the socket path \(path) is too long for a Unix socket")
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8)) }
+        let status = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        guard status == 0 else {
+            let code = errno
+            close(fd)
+            switch code {
+            case ENOENT, ECONNREFUSED:
+                throw VaultError(
+                    .unavailable,
+                    "vaultd is not running (nothing listens on \(path)); start it with: systemctl --user start vaultd.socket"
+                )
+            case EACCES, EPERM:
+                throw VaultError(.forbidden, "no permission to open \(path); it belongs to another user")
+            default:
+                throw VaultError(.unavailable, "cannot connect to \(path): \(String(cString: strerror(code)))")
+            }
+        }
+        self.fd = fd
+    }
+
+    deinit { close(self.fd) }
+
+    /// Sends `command` and returns the reply line: the raw JSON for `--json`,
+    /// after checking that it succeeded.
+    @discardableResult
+    public func send(_ command: Command) throws(VaultError) -> Data {
+        let id = RequestID.number(self.nextID)
+        self.nextID += 1
+        var line: Data
+        do {
+            line = try LineCodec.line(for: Request(id: id, command: command))
+        } catch {
+            throw VaultError(.internalError, "could not encode the request")
+        }
+        line.append(0x0A)
+        defer { line.resetBytes(in: 0..<line.count) }
+        try self.writeAll(line)
+        while true {
+            let reply = try self.readLine()
+            let head: ResponseHead
+            do {
+                head = try LineCodec.head(of: reply)
+            } catch {
+                throw VaultError(.internalError, "vaultd sent a reply this vaultctl cannot read")
+            }
+            if head.event != nil { continue }
+            if let error = head.error { throw error }
+            guard head.id == id || head.id == nil else { continue }
+            return reply
+        }
+    }
+
+    /// Sends `command` and decodes its result.
+    public func call<P: ResultPayload>(_ command: Command, as type: P.Type) throws(VaultError) -> P {
+        let reply = try self.send(command)
+        do {
+            return try LineCodec.payload(P.self, of: reply)
+        } catch {
+            throw VaultError(.internalError, "vaultd sent a reply this vaultctl cannot read")
+        }
+    }
+
+    private func writeAll(_ data: Data) throws(VaultError) {
+        var offset = 0
+        while offset < data.count {
+            let n = data.withUnsafeBytes { Glibc.send(self.fd, $0.baseAddress?.advanced(by: offset), $0.count - offset, Int32(MSG_NOSIGNAL)) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw VaultError(.unavailable, "vaultd closed the connection: \(Self.reason())")
+            }
+            offset += n
+        }
+    }
+
+    private func readLine() throws(VaultError) -> Data {
+        var chunk = [UInt8](repeating: 0, count: 16 * 1024)
+        while true {
+            if let newline = self.buffer.firstIndex(of: 0x0A) {
+                let line = Data(self.buffer[..<newline])
+                self.buffer.removeSubrange(...newline)
+                return line
+            }
+            guard self.buffer.count <= Self.maximumReplyBytes else {
+                throw VaultError(.internalError, "vaultd sent a reply longer than \(Self.maximumReplyBytes) bytes")
+            }
+            let n = chunk.withUnsafeMutableBytes { recv(self.fd, $0.baseAddress, $0.count, 0) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw VaultError(.unavailable, "lost the connection to vaultd: \(Self.reason())")
+            }
+            if n == 0 { throw VaultError(.unavailable, "vaultd closed the connection before answering") }
+            self.buffer.append(contentsOf: chunk[0..<n])
+        }
+    }
+
+    private static func reason() -> String { String(cString: strerror(errno)) }
+}
+
+extension ErrorCode {
+    /// Client side only: the daemon could not be reached at all.
+    public static let unavailable = ErrorCode(rawValue: "unavailable")
+}

@@ -1,0 +1,70 @@
+import Foundation
+public import NIOPosix
+public import VaultProtocol
+public import VaultStore
+
+/// The account configurations, kept in one JSON file a person can read and
+/// edit (`accounts.json`). Secrets never go here.
+public struct AccountDirectory: Sendable {
+    public let path: String
+    private let threadPool: NIOThreadPool
+
+    public init(path: String, threadPool: NIOThreadPool = .singleton) {
+        self.path = path
+        self.threadPool = threadPool
+    }
+
+    private struct File: Codable {
+        var version = 1
+        var accounts: [AccountConfiguration]
+    }
+
+    /// Reads the file at start-up; a missing file is an empty directory.
+    public func load() throws(VaultError) -> [AccountConfiguration] {
+        let bytes: [UInt8]?
+        do {
+            bytes = try FileSystem.read(self.path, limit: 4 << 20)
+        } catch {
+            throw VaultError(.internalError, error.message)
+        }
+        guard let bytes else { return [] }
+        do {
+            let file = try JSONDecoder().decode(File.self, from: Data(bytes))
+            guard file.version == 1 else {
+                throw VaultError(.internalError, "\(self.path) has version \(file.version); this vaultd reads version 1")
+            }
+            return file.accounts
+        } catch let error as VaultError {
+            throw error
+        } catch {
+            throw VaultError(.internalError, "\(self.path) is not valid account configuration; fix or move it")
+        }
+    }
+
+    public func save(_ accounts: [AccountConfiguration]) async throws(VaultError) {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        let bytes: [UInt8]
+        do {
+            bytes = Array(try encoder.encode(File(accounts: accounts.sorted { $0.name < $1.name })))
+        } catch {
+            throw VaultError(.internalError, "could not encode the account configuration")
+        }
+        let path = self.path
+        let failure: StoreError?
+        do {
+            failure = try await self.threadPool.runIfActive { () -> StoreError? in
+                do throws(StoreError) {
+                    try FileSystem.ensurePrivateDirectory(FileSystem.directory(of: path))
+                    try FileSystem.writeAtomically(bytes + [0x0A], to: path)
+                    return nil
+                } catch {
+                    return error
+                }
+            }
+        } catch {
+            throw VaultError(.internalError, "the I/O thread pool has stopped")
+        }
+        if let failure { throw VaultError(.internalError, failure.message) }
+    }
+}

@@ -1,0 +1,58 @@
+import Foundation
+import VaultProtocol
+
+/// The checks an account's configuration passes before it is stored.
+enum AccountValidation {
+    static func validate(_ c: AccountConfiguration) throws(VaultError) {
+        guard Self.isValidName(c.name) else {
+            throw VaultError(
+                .badRequest,
+                "an account name is 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+            )
+        }
+        try Self.validateIssuer(c.issuer)
+        guard !c.clientID.isEmpty, c.clientID.utf8.count <= 512 else {
+            throw VaultError(.badRequest, "'client_id' must be a non-empty string")
+        }
+        guard c.scopes.allSatisfy({ !$0.isEmpty && !$0.contains(" ") && $0.utf8.count <= 256 }) else {
+            throw VaultError(.badRequest, "each scope is one non-empty word without spaces")
+        }
+        guard c.allowedClients.allSatisfy({ $0.hasPrefix("/") }) else {
+            throw VaultError(.badRequest, "'allowed_clients' lists absolute executable paths")
+        }
+        if let redirect = c.redirectURI {
+            guard let url = URL(string: redirect), url.scheme == "http", let host = url.host, Self.isLoopback(host),
+                url.port != nil
+            else {
+                throw VaultError(.badRequest, "'redirect_uri' must be a loopback URI with a port, like http://127.0.0.1:8400/callback")
+            }
+        }
+    }
+
+    static func isValidName(_ name: String) -> Bool {
+        let bytes = Array(name.utf8)
+        guard (1...64).contains(bytes.count), let first = bytes.first, Self.isAlphanumeric(first) else { return false }
+        return bytes.allSatisfy { Self.isAlphanumeric($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "-") }
+    }
+
+    /// Issuers are https, except loopback, as RFC 8252 allows.
+    static func validateIssuer(_ issuer: String) throws(VaultError) {
+        guard let url = URL(string: issuer), let scheme = url.scheme, let host = url.host, !host.isEmpty,
+            url.query == nil, url.fragment == nil
+        else {
+            throw VaultError(.badRequest, "'issuer' must be an absolute URL without query or fragment")
+        }
+        guard scheme == "https" || (scheme == "http" && Self.isLoopback(host)) else {
+            throw VaultError(.badRequest, "'issuer' must use https (plain http only on 127.0.0.1, [::1] or localhost)")
+        }
+    }
+
+    static func isLoopback(_ host: String) -> Bool {
+        ["127.0.0.1", "::1", "[::1]", "localhost"].contains(host)
+    }
+
+    private static func isAlphanumeric(_ byte: UInt8) -> Bool {
+        (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
+            || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
+    }
+}

@@ -1,0 +1,176 @@
+public import Logging
+public import VaultCrypto
+public import VaultProtocol
+public import VaultStore
+
+/// Owns the accounts: their configuration, their secrets in memory, and the
+/// store those secrets rest in. One actor, so every change to an account is
+/// ordered; the store's blocking work runs on the I/O thread pool.
+public actor Broker {
+    private let store: any SecretStore
+    private let directory: AccountDirectory
+    private let keySource: KeySource?
+    private let logger: Logger
+    private var accounts: [String: Account] = [:]
+
+    struct Account {
+        var configuration: AccountConfiguration
+        var secrets = AccountSecrets()
+        var needsReauth = false
+    }
+
+    public init(
+        store: any SecretStore,
+        directory: AccountDirectory,
+        keySource: KeySource?,
+        logger: Logger
+    ) throws(VaultError) {
+        self.store = store
+        self.directory = directory
+        self.keySource = keySource
+        self.logger = logger
+        for configuration in try directory.load() {
+            self.accounts[configuration.name] = Account(configuration: configuration)
+        }
+    }
+
+    /// Loads every account's secrets into memory; a locked store loads nothing.
+    public func start() async throws(VaultError) {
+        guard !self.store.isLocked else {
+            self.logger.notice("vault is locked; waiting for unlock")
+            return
+        }
+        try await self.loadSecrets()
+    }
+
+    private func loadSecrets() async throws(VaultError) {
+        for name in self.accounts.keys.sorted() {
+            let secrets: AccountSecrets?
+            do {
+                secrets = try await self.store.load(name)
+            } catch {
+                throw Self.wire(error)
+            }
+            self.accounts[name]?.secrets = secrets ?? AccountSecrets()
+        }
+        self.logger.info("secrets loaded", metadata: ["accounts": "\(self.accounts.count)"])
+    }
+
+    // MARK: Operations
+
+    public func status() -> StatusResult {
+        StatusResult(
+            backend: self.store.backend.rawValue,
+            locked: self.store.isLocked,
+            keySource: self.keySource?.name,
+            accounts: self.accounts.values
+                .sorted { $0.configuration.name < $1.configuration.name }
+                .map { account in
+                    AccountStatus(
+                        name: account.configuration.name,
+                        issuer: account.configuration.issuer,
+                        signedIn: account.secrets.refreshToken != nil,
+                        needsReauth: account.needsReauth
+                    )
+                }
+        )
+    }
+
+    public func add(_ addition: AccountAddition) async throws(VaultError) -> AccountResult {
+        let configuration = addition.configuration
+        try AccountValidation.validate(configuration)
+        let name = configuration.name
+        guard self.accounts[name] == nil else {
+            throw VaultError(
+                .badRequest,
+                "an account named '\(name)' exists; remove it first with: vaultctl account remove \(name)"
+            )
+        }
+        let secrets = AccountSecrets(refreshToken: addition.refreshToken, clientSecret: addition.clientSecret)
+        if !secrets.isEmpty && self.store.isLocked {
+            throw Self.lockedError
+        }
+        // Claim the name before the first suspension, so a concurrent add of
+        // the same name fails instead of racing.
+        self.accounts[name] = Account(configuration: configuration)
+        do throws(VaultError) {
+            try await self.directory.save(self.configurations)
+            if !secrets.isEmpty {
+                do {
+                    try await self.store.save(secrets, for: name)
+                } catch {
+                    throw Self.wire(error)
+                }
+            }
+        } catch {
+            self.accounts[name] = nil
+            try? await self.directory.save(self.configurations)
+            throw error
+        }
+        self.accounts[name]?.secrets = secrets
+        self.logger.info(
+            "account added",
+            metadata: [
+                "account": "\(name)",
+                "client_secret": "\(secrets.clientSecret != nil)",
+                "refresh_token": "\(secrets.refreshToken != nil)",
+            ]
+        )
+        return AccountResult(
+            account: configuration,
+            hasClientSecret: secrets.clientSecret != nil,
+            signedIn: secrets.refreshToken != nil
+        )
+    }
+
+    public func remove(_ name: String) async throws(VaultError) -> RemovalResult {
+        guard self.accounts[name] != nil else { throw Self.unknownAccount(name) }
+        var wiped = ["memory"]
+        self.accounts[name]?.secrets = AccountSecrets()
+        do {
+            if try await self.store.remove(name) { wiped.append(self.store.backend.rawValue) }
+        } catch {
+            throw Self.wire(error)
+        }
+        self.accounts[name] = nil
+        try await self.directory.save(self.configurations)
+        self.logger.info("account removed", metadata: ["account": "\(name)", "wiped": "\(wiped)"])
+        return RemovalResult(account: name, wiped: wiped)
+    }
+
+    public func lock() async {
+        await self.store.lock()
+        for name in self.accounts.keys { self.accounts[name]?.secrets = AccountSecrets() }
+        self.logger.notice("vault locked; secrets dropped from memory")
+    }
+
+    public func unlock(passphrase: SecretBytes?) async throws(VaultError) {
+        do {
+            try await self.store.unlock(passphrase: passphrase)
+        } catch {
+            self.logger.notice("unlock refused", metadata: ["reason": "\(error.kind)"])
+            throw Self.wire(error)
+        }
+        self.logger.notice("vault unlocked")
+        try await self.loadSecrets()
+    }
+
+    // MARK: Helpers
+
+    private var configurations: [AccountConfiguration] { self.accounts.values.map(\.configuration) }
+
+    static let lockedError = VaultError(.locked, "the vault is locked; unlock it with: vaultctl unlock")
+
+    static func unknownAccount(_ name: String) -> VaultError {
+        VaultError(.unknownAccount, "there is no account named '\(name)'; see: vaultctl account list")
+    }
+
+    /// The one place store errors become wire errors.
+    static func wire(_ error: StoreError) -> VaultError {
+        switch error.kind {
+        case .locked: Self.lockedError
+        case .wrongKey: VaultError(.invalidCredentials, "that passphrase does not open the vault")
+        case .keySource, .corrupt, .foreign, .io, .unavailable: VaultError(.internalError, error.message)
+        }
+    }
+}

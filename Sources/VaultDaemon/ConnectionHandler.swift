@@ -1,0 +1,113 @@
+import Logging
+import NIOCore
+import VaultProtocol
+
+/// One client connection: decodes each line, asks the dispatcher, writes the
+/// reply. Ready replies go out in order and are flushed once per read burst;
+/// pending ones are written whenever they finish.
+final class ConnectionHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    private let peer: Peer
+    private let dispatcher: Dispatcher
+    private let admitted: Bool
+    private let connections: ConnectionCount
+    private var logger: Logger
+    private var needsFlush = false
+
+    init(peer: Peer, dispatcher: Dispatcher, admitted: Bool, connections: ConnectionCount, logger: Logger) {
+        self.peer = peer
+        self.dispatcher = dispatcher
+        self.admitted = admitted
+        self.connections = connections
+        self.logger = logger
+        self.logger[metadataKey: "peer_pid"] = "\(peer.pid)"
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        guard self.admitted else {
+            self.logger.warning("connection limit reached; refusing a connection")
+            let error = VaultError(.overloaded, "vaultd has too many open connections; try again shortly")
+            self.send(Response(id: nil, error: error), context: context, flush: true)
+            context.close(promise: nil)
+            return
+        }
+        self.logger.debug("connection opened", metadata: ["exe": "\(self.peer.executable ?? "?")"])
+        context.fireChannelActive()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        self.connections.release()
+        self.logger.debug("connection closed")
+        context.fireChannelInactive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard self.admitted else { return }
+        let line = self.unwrapInboundIn(data)
+        guard line.readableBytes <= TokenVault.maximumLineBytes else {
+            self.refuseLongLine(context: context)
+            return
+        }
+        let request = line.withUnsafeReadableBytes { LineCodec.request(from: $0) }
+        switch self.dispatcher.handle(request, from: self.peer) {
+        case .ready(let response):
+            self.send(response, context: context, flush: false)
+            self.needsFlush = true
+        case .pending(let work):
+            let channel = context.channel
+            Task {
+                let response = await work()
+                var buffer = channel.allocator.buffer(capacity: 256)
+                buffer.writeBytes(LineCodec.line(for: response))
+                buffer.writeInteger(UInt8(ascii: "\n"))
+                channel.writeAndFlush(buffer, promise: nil)
+            }
+        }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        if self.needsFlush {
+            self.needsFlush = false
+            context.flush()
+        }
+        context.fireChannelReadComplete()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if error is ByteToMessageDecoderError.PayloadTooLargeError {
+            self.refuseLongLine(context: context)
+        } else {
+            self.logger.debug("connection error", metadata: ["error": "\(type(of: error))"])
+            context.close(promise: nil)
+        }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let idle = event as? IdleStateHandler.IdleStateEvent, idle == .read {
+            self.logger.debug("idle connection closed")
+            context.close(promise: nil)
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    private func refuseLongLine(context: ChannelHandlerContext) {
+        self.logger.notice("line over the limit; closing the connection")
+        let error = VaultError(.lineTooLong, "a request line is at most \(TokenVault.maximumLineBytes) bytes")
+        self.send(Response(id: nil, error: error), context: context, flush: true)
+        context.close(promise: nil)
+    }
+
+    private func send(_ response: Response, context: ChannelHandlerContext, flush: Bool) {
+        var buffer = context.channel.allocator.buffer(capacity: 256)
+        buffer.writeBytes(LineCodec.line(for: response))
+        buffer.writeInteger(UInt8(ascii: "\n"))
+        if flush {
+            context.writeAndFlush(self.wrapOutboundOut(buffer), promise: nil)
+        } else {
+            context.write(self.wrapOutboundOut(buffer), promise: nil)
+        }
+    }
+}

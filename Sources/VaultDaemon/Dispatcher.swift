@@ -1,0 +1,67 @@
+public import Logging
+public import VaultProtocol
+
+/// The protocol in one place: a decoded request and its peer in, a reply out.
+///
+/// A reply that needs no waiting is `.ready`, answered on the connection's
+/// event loop at once; everything else is `.pending` and runs as its own task,
+/// so one slow request never holds up the others on its connection.
+public struct Dispatcher: Sendable {
+    public enum Reply: Sendable {
+        case ready(Response)
+        case pending(@Sendable () async -> Response)
+    }
+
+    let broker: Broker
+    let logger: Logger
+
+    public init(broker: Broker, logger: Logger) {
+        self.broker = broker
+        self.logger = logger
+    }
+
+    public func handle(_ request: Request, from peer: Peer) -> Reply {
+        let id = request.id
+        let command: Command
+        switch request.command {
+        case .success(let value):
+            command = value
+        case .failure(let error):
+            self.logger.debug("request refused", metadata: ["code": "\(error.code)", "peer": "\(peer.pid)"])
+            return .ready(Response(id: id, error: error))
+        }
+        switch command {
+        case .hello:
+            return .ready(Response(id: id, HelloResult()))
+        case .status:
+            return self.later(id) { () throws(VaultError) in await self.broker.status() }
+        case .accountAdd(let addition):
+            return self.later(id) { () throws(VaultError) in try await self.broker.add(addition) }
+        case .accountRemove(let name):
+            return self.later(id) { () throws(VaultError) in try await self.broker.remove(name) }
+        case .lock:
+            return self.later(id) { () throws(VaultError) in
+                await self.broker.lock()
+                return EmptyResult()
+            }
+        case .unlock(let passphrase):
+            return self.later(id) { () throws(VaultError) in
+                try await self.broker.unlock(passphrase: passphrase)
+                return EmptyResult()
+            }
+        }
+    }
+
+    private func later(
+        _ id: RequestID?,
+        _ body: @escaping @Sendable () async throws(VaultError) -> any ResultPayload
+    ) -> Reply {
+        .pending {
+            do throws(VaultError) {
+                return Response(id: id, try await body())
+            } catch {
+                return Response(id: id, error: error)
+            }
+        }
+    }
+}

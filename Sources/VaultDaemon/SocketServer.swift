@@ -1,0 +1,181 @@
+public import Logging
+public import NIOCore
+import NIOExtras
+public import NIOPosix
+import Glibc
+import CVaultSystem
+import Synchronization
+import VaultProtocol
+import VaultStore
+
+/// The Unix-socket face of the daemon: JSON lines in, JSON lines out.
+///
+/// Peers of another uid are closed at accept, before a byte is read. Each
+/// line is at most 65,536 bytes; a longer one is answered `line_too_long`
+/// and its connection closed. Requests on one connection are answered as
+/// they finish, by `id`.
+public final class SocketServer: Sendable {
+    public struct Configuration: Sendable {
+        public var path: String
+        public var maximumConnections = 4096
+        /// A connection that sends nothing for this long is closed.
+        public var idleTimeout: TimeAmount = .minutes(10)
+
+        public init(path: String) {
+            self.path = path
+        }
+    }
+
+    public let configuration: Configuration
+    private let channel: any Channel
+    private let logger: Logger
+
+    /// Binds the socket and starts accepting; listening when it returns.
+    public static func start(
+        _ configuration: Configuration,
+        dispatcher: Dispatcher,
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger
+    ) async throws -> SocketServer {
+        try SocketPreparation.prepare(configuration.path)
+        let connections = ConnectionCount()
+        let owner = getuid()
+        let bootstrap = ServerBootstrap(group: group)
+            .serverChannelOption(.backlog, value: 256)
+            .childChannelOption(.allowRemoteHalfClosure, value: false)
+            .childChannelInitializer { channel in
+                Self.accept(
+                    channel,
+                    owner: owner,
+                    configuration: configuration,
+                    connections: connections,
+                    dispatcher: dispatcher,
+                    logger: logger
+                )
+            }
+        let oldMask = umask(0o177)
+        defer { umask(oldMask) }
+        let channel = try await bootstrap.bind(unixDomainSocketPath: configuration.path).get()
+        guard chmod(configuration.path, 0o600) == 0 else {
+            try? await channel.close()
+            throw ServerError("cannot set mode 0600 on \(configuration.path)")
+        }
+        logger.info("listening", metadata: ["socket": "\(configuration.path)"])
+        return SocketServer(configuration: configuration, channel: channel, logger: logger)
+    }
+
+    private init(configuration: Configuration, channel: any Channel, logger: Logger) {
+        self.configuration = configuration
+        self.channel = channel
+        self.logger = logger
+    }
+
+    /// Stops accepting and removes the socket file.
+    public func close() async {
+        try? await self.channel.close()
+        unlink(self.configuration.path)
+        self.logger.info("socket closed", metadata: ["socket": "\(self.configuration.path)"])
+    }
+
+    private static func accept(
+        _ channel: any Channel,
+        owner: uid_t,
+        configuration: Configuration,
+        connections: ConnectionCount,
+        dispatcher: Dispatcher,
+        logger: Logger
+    ) -> EventLoopFuture<Void> {
+        guard let provider = channel as? any SocketOptionProvider else {
+            channel.close(promise: nil)
+            return channel.eventLoop.makeFailedFuture(ServerError("no socket options on this channel"))
+        }
+        let credentials: EventLoopFuture<vault_peer_credentials> = provider.unsafeGetSocketOption(
+            level: SocketOptionLevel(SOL_SOCKET),
+            name: SocketOptionName(SO_PEERCRED)
+        )
+        return credentials.flatMapThrowing { credentials in
+            guard credentials.uid == owner else {
+                logger.warning("peer of another user refused", metadata: ["uid": "\(credentials.uid)", "pid": "\(credentials.pid)"])
+                throw ServerError("peer refused")
+            }
+            let peer = Peer(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid)
+            let admitted = connections.admit(limit: configuration.maximumConnections)
+            let handler = ConnectionHandler(
+                peer: peer,
+                dispatcher: dispatcher,
+                admitted: admitted,
+                connections: connections,
+                logger: logger
+            )
+            let sync = channel.pipeline.syncOperations
+            try sync.addHandler(IdleStateHandler(readTimeout: configuration.idleTimeout))
+            try sync.addHandler(
+                ByteToMessageHandler(LineBasedFrameDecoder(), maximumBufferSize: TokenVault.maximumLineBytes + 1)
+            )
+            try sync.addHandler(handler)
+        }.flatMapErrorThrowing { error in
+            // NIO leaves a channel whose initializer failed open: close it, or
+            // the refused client hangs.
+            channel.close(promise: nil)
+            throw error
+        }
+    }
+}
+
+/// The socket could not be set up; `description` says why and what to do.
+public struct ServerError: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// Open connections, counted so a flood of them is answered `overloaded`.
+final class ConnectionCount: Sendable {
+    private let count = Atomic<Int>(0)
+
+    func admit(limit: Int) -> Bool {
+        let now = self.count.wrappingAdd(1, ordering: .relaxed).newValue
+        return now <= limit
+    }
+
+    func release() {
+        self.count.wrappingSubtract(1, ordering: .relaxed)
+    }
+}
+
+/// One daemon per socket: refuse a live one, replace a stale one.
+enum SocketPreparation {
+    static func prepare(_ path: String) throws {
+        guard path.utf8.count < 108 else {
+            throw ServerError("the socket path \(path) is longer than the 107 bytes a Unix socket allows")
+        }
+        try FileSystem.ensurePrivateDirectory(FileSystem.directory(of: path))
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return }
+        guard info.st_mode & S_IFMT == S_IFSOCK else {
+            throw ServerError("\(path) exists and is not a socket; move it away or choose another --socket")
+        }
+        if Self.isLive(path) {
+            throw ServerError("another vaultd is already listening on \(path)")
+        }
+        unlink(path)
+    }
+
+    /// True when something accepts connections on `path`.
+    private static func isLive(_ path: String) -> Bool {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { Glibc.close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            let bytes = Array(path.utf8.prefix(raw.count - 1))
+            raw.copyBytes(from: bytes)
+        }
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        return result == 0
+    }
+}

@@ -1,0 +1,51 @@
+/// What the daemon knows about an account that is not secret: it is written
+/// to `$XDG_CONFIG_HOME/tokenvault/accounts.json` and shown on the wire.
+public struct AccountConfiguration: Hashable, Codable, Sendable {
+    public var name: String
+    public var issuer: String
+    public var clientID: String
+    public var scopes: [String]
+    /// Executable paths that may use this account; empty means every process of the user.
+    public var allowedClients: [String]
+    /// Whether `refresh_token` may hand the refresh token to an allowed client.
+    public var releaseRefreshToken: Bool
+    /// A fixed loopback redirect URI, for issuers that match the port exactly.
+    public var redirectURI: String?
+
+    public init(
+        name: String,
+        issuer: String,
+        clientID: String,
+        scopes: [String],
+        allowedClients: [String] = [],
+        releaseRefreshToken: Bool = false,
+        redirectURI: String? = nil
+    ) {
+        self.name = name
+        self.issuer = issuer
+        self.clientID = clientID
+        self.scopes = scopes
+        self.allowedClients = allowedClients
+        self.releaseRefreshToken = releaseRefreshToken
+        self.redirectURI = redirectURI
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case name, issuer, scopes
+        case clientID = "client_id"
+        case allowedClients = "allowed_clients"
+        case releaseRefreshToken = "release_refresh_token"
+        case redirectURI = "redirect_uri"
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        self.name = try c.decode(String.self, forKey: .name)
+        self.issuer = try c.decode(String.self, forKey: .issuer)
+        self.clientID = try c.decode(String.self, forKey: .clientID)
+        self.scopes = try c.decodeIfPresent([String].self, forKey: .scopes) ?? []
+        self.allowedClients = try c.decodeIfPresent([String].self, forKey: .allowedClients) ?? []
+        self.releaseRefreshToken = try c.decodeIfPresent(Bool.self, forKey: .releaseRefreshToken) ?? false
+        self.redirectURI = try c.decodeIfPresent(String.self, forKey: .redirectURI)
+    }
+}

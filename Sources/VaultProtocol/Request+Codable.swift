@@ -1,0 +1,109 @@
+import Foundation
+public import VaultCrypto
+
+extension Request: Decodable {
+    private enum Key: String, CodingKey {
+        case id, op, name, passphrase
+        case clientSecret = "client_secret"
+        case refreshToken = "refresh_token"
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: Key.self)
+        self.id = try container.decodeIfPresent(RequestID.self, forKey: .id)
+        do {
+            self.command = .success(try Self.command(in: container, decoder: decoder))
+        } catch let error as VaultError {
+            self.command = .failure(error)
+        } catch let error as DecodingError {
+            self.command = .failure(VaultError(.badRequest, Self.sentence(for: error)))
+        }
+    }
+
+    private static func command(in c: KeyedDecodingContainer<Key>, decoder: any Decoder) throws -> Command {
+        guard c.contains(.op) else { throw VaultError(.badRequest, "every request needs an 'op'") }
+        let name = try c.decode(String.self, forKey: .op)
+        guard let op = Op(rawValue: name) else {
+            let shown = name.count <= 32 && name.allSatisfy { $0.isLetter || $0 == "." || $0 == "_" } ? " '\(name)'" : ""
+            throw VaultError(.unknownOp, "vaultd does not know the operation\(shown); see the 'op' table in docs/protocol.md")
+        }
+        switch op {
+        case .hello: return .hello
+        case .status: return .status
+        case .lock: return .lock
+        case .unlock: return .unlock(passphrase: try c.decodeSecretIfPresent(forKey: .passphrase))
+        case .accountRemove: return .accountRemove(name: try c.decode(String.self, forKey: .name))
+        case .accountAdd:
+            return .accountAdd(
+                AccountAddition(
+                    configuration: try AccountConfiguration(from: decoder),
+                    clientSecret: try c.decodeSecretIfPresent(forKey: .clientSecret),
+                    refreshToken: try c.decodeSecretIfPresent(forKey: .refreshToken)
+                )
+            )
+        }
+    }
+
+    /// Names the field, never its value: the value may be a secret.
+    private static func sentence(for error: DecodingError) -> String {
+        func path(_ context: DecodingError.Context, _ last: (any CodingKey)? = nil) -> String {
+            let keys = context.codingPath + (last.map { [$0] } ?? [])
+            return keys.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".")
+        }
+        switch error {
+        case .keyNotFound(let key, let context):
+            return "the field '\(path(context, key))' is required"
+        case .typeMismatch(_, let context):
+            return "the field '\(path(context))' has the wrong type"
+        case .valueNotFound(_, let context):
+            return "the field '\(path(context))' must not be null"
+        case .dataCorrupted(let context):
+            return "the field '\(path(context))' is not valid"
+        @unknown default:
+            return "a request is one JSON object per line"
+        }
+    }
+}
+
+extension Request: Encodable {
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: Key.self)
+        try c.encodeIfPresent(self.id, forKey: .id)
+        let command: Command
+        switch self.command {
+        case .success(let value): command = value
+        case .failure(let error): throw error
+        }
+        switch command {
+        case .hello: try c.encode(Op.hello.rawValue, forKey: .op)
+        case .status: try c.encode(Op.status.rawValue, forKey: .op)
+        case .lock: try c.encode(Op.lock.rawValue, forKey: .op)
+        case .unlock(let passphrase):
+            try c.encode(Op.unlock.rawValue, forKey: .op)
+            try c.encodeSecretIfPresent(passphrase, forKey: .passphrase)
+        case .accountRemove(let name):
+            try c.encode(Op.accountRemove.rawValue, forKey: .op)
+            try c.encode(name, forKey: .name)
+        case .accountAdd(let addition):
+            try c.encode(Op.accountAdd.rawValue, forKey: .op)
+            try addition.configuration.encode(to: encoder)
+            try c.encodeSecretIfPresent(addition.clientSecret, forKey: .clientSecret)
+            try c.encodeSecretIfPresent(addition.refreshToken, forKey: .refreshToken)
+        }
+    }
+}
+
+extension KeyedDecodingContainer {
+    /// Decodes a string field straight into guarded memory.
+    func decodeSecretIfPresent(forKey key: Key) throws -> SecretBytes? {
+        guard let string = try self.decodeIfPresent(String.self, forKey: key) else { return nil }
+        return try SecretBytes(utf8: string)
+    }
+}
+
+extension KeyedEncodingContainer {
+    mutating func encodeSecretIfPresent(_ secret: SecretBytes?, forKey key: Key) throws {
+        guard let secret else { return }
+        try self.encode(secret.unsafeString(), forKey: key)
+    }
+}

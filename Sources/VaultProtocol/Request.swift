@@ -1,0 +1,47 @@
+public import VaultCrypto
+
+/// One request line, decoded. `command` is already the typed operation, or
+/// the error its line earned (unknown op, a missing or mistyped field); the
+/// `id` survives either way so the error can be answered by id.
+public struct Request: Sendable {
+    public var id: RequestID?
+    public var command: Result<Command, VaultError>
+
+    public init(id: RequestID?, command: Command) {
+        self.id = id
+        self.command = .success(command)
+    }
+}
+
+/// The operations of protocol version 1. The `op` strings live in `Op` only.
+public enum Command: Sendable {
+    case hello
+    case status
+    case accountAdd(AccountAddition)
+    case accountRemove(name: String)
+    case lock
+    case unlock(passphrase: SecretBytes?)
+}
+
+/// `account.add`: the configuration plus the secrets that come with it.
+public struct AccountAddition: Sendable {
+    public var configuration: AccountConfiguration
+    public var clientSecret: SecretBytes?
+    public var refreshToken: SecretBytes?
+
+    public init(configuration: AccountConfiguration, clientSecret: SecretBytes? = nil, refreshToken: SecretBytes? = nil) {
+        self.configuration = configuration
+        self.clientSecret = clientSecret
+        self.refreshToken = refreshToken
+    }
+}
+
+/// The wire names of the operations, and nowhere else.
+public enum Op: String, CaseIterable, Sendable {
+    case hello
+    case status
+    case accountAdd = "account.add"
+    case accountRemove = "account.remove"
+    case lock
+    case unlock
+}

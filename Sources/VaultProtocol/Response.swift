@@ -1,0 +1,147 @@
+/// The fields of a successful reply; they sit beside `id` and `ok` on the line.
+public protocol ResultPayload: Codable, Sendable {}
+
+/// One reply line: `{"id":…,"ok":true,…fields}` or `{"id":…,"ok":false,"error":{…}}`.
+public struct Response: Sendable, Encodable {
+    public var id: RequestID?
+    public var outcome: Result<any ResultPayload, VaultError>
+
+    public init(id: RequestID?, _ payload: any ResultPayload) {
+        self.id = id
+        self.outcome = .success(payload)
+    }
+
+    public init(id: RequestID?, error: VaultError) {
+        self.id = id
+        self.outcome = .failure(error)
+    }
+
+    private enum Key: String, CodingKey {
+        case id, ok, error
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: Key.self)
+        try container.encode(self.id, forKey: .id)
+        switch self.outcome {
+        case .success(let payload):
+            try container.encode(true, forKey: .ok)
+            try payload.encode(to: encoder)
+        case .failure(let error):
+            try container.encode(false, forKey: .ok)
+            try container.encode(error, forKey: .error)
+        }
+    }
+}
+
+/// What a client reads first from every line: whose reply it is and whether
+/// it succeeded. The result fields are then decoded from the same line.
+public struct ResponseHead: Decodable, Sendable {
+    public var id: RequestID?
+    public var ok: Bool?
+    public var error: VaultError?
+    /// Set on event lines (after `subscribe`), which have no `id` and no `ok`.
+    public var event: String?
+}
+
+/// `hello`.
+public struct HelloResult: ResultPayload, Equatable {
+    public var `protocol`: Int
+    public var server: String
+    public var version: String
+
+    public init(protocol: Int = TokenVault.protocolVersion, server: String = "vaultd", version: String = TokenVault.version) {
+        self.protocol = `protocol`
+        self.server = server
+        self.version = version
+    }
+}
+
+/// `status`.
+public struct StatusResult: ResultPayload, Equatable {
+    public var backend: String
+    public var locked: Bool
+    public var keySource: String?
+    public var accounts: [AccountStatus]
+
+    public init(backend: String, locked: Bool, keySource: String?, accounts: [AccountStatus]) {
+        self.backend = backend
+        self.locked = locked
+        self.keySource = keySource
+        self.accounts = accounts
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case backend, locked, accounts
+        case keySource = "key_source"
+    }
+}
+
+/// One account in `status`.
+public struct AccountStatus: Codable, Sendable, Equatable {
+    public var name: String
+    public var issuer: String
+    public var signedIn: Bool
+    public var username: String?
+    public var accessTokenExpiresAt: Int64?
+    public var needsReauth: Bool
+
+    public init(
+        name: String,
+        issuer: String,
+        signedIn: Bool,
+        username: String? = nil,
+        accessTokenExpiresAt: Int64? = nil,
+        needsReauth: Bool = false
+    ) {
+        self.name = name
+        self.issuer = issuer
+        self.signedIn = signedIn
+        self.username = username
+        self.accessTokenExpiresAt = accessTokenExpiresAt
+        self.needsReauth = needsReauth
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case name, issuer, username
+        case signedIn = "signed_in"
+        case accessTokenExpiresAt = "access_token_expires_at"
+        case needsReauth = "needs_reauth"
+    }
+}
+
+/// `account.add`: the account as stored (no secrets), and whether a client
+/// secret and a refresh token were stored with it.
+public struct AccountResult: ResultPayload, Equatable {
+    public var account: AccountConfiguration
+    public var hasClientSecret: Bool
+    public var signedIn: Bool
+
+    public init(account: AccountConfiguration, hasClientSecret: Bool, signedIn: Bool) {
+        self.account = account
+        self.hasClientSecret = hasClientSecret
+        self.signedIn = signedIn
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case account
+        case hasClientSecret = "has_client_secret"
+        case signedIn = "signed_in"
+    }
+}
+
+/// `account.remove`: which places the account's secrets were wiped from.
+public struct RemovalResult: ResultPayload, Equatable {
+    public var account: String
+    public var wiped: [String]
+
+    public init(account: String, wiped: [String]) {
+        self.account = account
+        self.wiped = wiped
+    }
+}
+
+/// Operations whose success carries no fields (`lock`, `unlock`).
+public struct EmptyResult: ResultPayload, Equatable {
+    public init() {}
+}

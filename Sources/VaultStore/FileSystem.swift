@@ -1,0 +1,129 @@
+import Glibc
+
+/// The few file operations the vault needs, done the durable way.
+public enum FileSystem {
+    /// Creates `path` and its parents; the last component ends up mode 0700.
+    public static func ensurePrivateDirectory(_ path: String) throws(StoreError) {
+        var built = path.hasPrefix("/") ? "" : "."
+        for component in path.split(separator: "/") {
+            built += "/" + component
+            if mkdir(built, 0o700) != 0 && errno != EEXIST {
+                throw StoreError(.io, "cannot create \(built): \(Self.reason())")
+            }
+        }
+        var info = stat()
+        guard lstat(path, &info) == 0 else { throw StoreError(.io, "cannot inspect \(path): \(Self.reason())") }
+        guard info.st_mode & S_IFMT == S_IFDIR else { throw StoreError(.io, "\(path) is not a folder") }
+        guard info.st_uid == getuid() else { throw StoreError(.io, "\(path) belongs to another user") }
+        if info.st_mode & 0o077 != 0, chmod(path, 0o700) != 0 {
+            throw StoreError(.io, "cannot make \(path) private (mode 0700): \(Self.reason())")
+        }
+    }
+
+    /// The file's bytes, or nil when it does not exist. Files over `limit` are refused.
+    public static func read(_ path: String, limit: Int) throws(StoreError) -> [UInt8]? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        if fd < 0 {
+            if errno == ENOENT { return nil }
+            throw StoreError(.io, "cannot open \(path): \(Self.reason())")
+        }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw StoreError(.io, "cannot inspect \(path): \(Self.reason())") }
+        guard info.st_size <= limit else { throw StoreError(.corrupt, "\(path) is larger than \(limit) bytes") }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw StoreError(.io, "cannot read \(path): \(Self.reason())")
+            }
+            if n == 0 { break }
+            bytes.append(contentsOf: chunk[0..<n])
+            guard bytes.count <= limit else { throw StoreError(.corrupt, "\(path) is larger than \(limit) bytes") }
+        }
+        return bytes
+    }
+
+    /// Replaces `path` with `bytes` so that a crash at any moment leaves
+    /// either the old file or the new one: write a temporary file, fsync it,
+    /// rename it over the old one, fsync the folder.
+    public static func writeAtomically(_ bytes: [UInt8], to path: String, mode: UInt32 = 0o600) throws(StoreError) {
+        let mode = mode_t(mode)
+        let temporary = path + ".tmp"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode)
+        guard fd >= 0 else { throw StoreError(.io, "cannot create \(temporary): \(Self.reason())") }
+        var written = 0
+        while written < bytes.count {
+            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress?.advanced(by: written), $0.count - written) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                let reason = Self.reason()
+                close(fd)
+                unlink(temporary)
+                throw StoreError(.io, "cannot write \(temporary): \(reason)")
+            }
+            written += n
+        }
+        if fchmod(fd, mode) != 0 || fsync(fd) != 0 {
+            let reason = Self.reason()
+            close(fd)
+            unlink(temporary)
+            throw StoreError(.io, "cannot flush \(temporary) to disk: \(reason)")
+        }
+        close(fd)
+        guard rename(temporary, path) == 0 else {
+            let reason = Self.reason()
+            unlink(temporary)
+            throw StoreError(.io, "cannot replace \(path): \(reason)")
+        }
+        try Self.syncDirectory(of: path)
+    }
+
+    /// Removes `path`; true when it existed.
+    public static func remove(_ path: String) throws(StoreError) -> Bool {
+        if unlink(path) == 0 {
+            try Self.syncDirectory(of: path)
+            return true
+        }
+        if errno == ENOENT { return false }
+        throw StoreError(.io, "cannot remove \(path): \(Self.reason())")
+    }
+
+    static func syncDirectory(of path: String) throws(StoreError) {
+        let directory = Self.directory(of: path)
+        let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw StoreError(.io, "cannot open \(directory): \(Self.reason())") }
+        defer { close(fd) }
+        guard fsync(fd) == 0 else { throw StoreError(.io, "cannot flush \(directory) to disk: \(Self.reason())") }
+    }
+
+    public static func directory(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+
+    static func reason() -> String { String(cString: strerror(errno)) }
+}
+
+/// An exclusive `flock` held for the life of the process: one daemon per vault.
+public final class LockFile: Sendable {
+    private let fd: Int32
+
+    /// Takes the lock or throws at once; it never waits.
+    public init(path: String) throws(StoreError) {
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard fd >= 0 else { throw StoreError(.io, "cannot open \(path): \(FileSystem.reason())") }
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            let busy = errno == EWOULDBLOCK
+            let reason = FileSystem.reason()
+            close(fd)
+            if busy { throw StoreError(.io, "another vaultd holds \(path)") }
+            throw StoreError(.io, "cannot lock \(path): \(reason)")
+        }
+        self.fd = fd
+    }
+
+    deinit { close(self.fd) }
+}

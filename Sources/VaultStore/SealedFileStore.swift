@@ -1,0 +1,242 @@
+import Glibc
+public import NIOPosix
+import Synchronization
+public import VaultCrypto
+
+/// Where the file backend's key comes from.
+public enum KeySource: Hashable, Sendable {
+    /// A 0600 file of 32 random bytes, made on first start: zero set-up.
+    case keyFile(String)
+    /// A passphrase given to `unlock`; the vault starts locked.
+    case passphrase
+    /// A systemd credential: a file of 32 bytes (`$CREDENTIALS_DIRECTORY/NAME`).
+    case credential(String)
+
+    public var name: String {
+        switch self {
+        case .keyFile: "keyfile"
+        case .passphrase: "passphrase"
+        case .credential: "credential"
+        }
+    }
+}
+
+/// The `file` backend: every account's secrets sealed in one file with
+/// XChaCha20-Poly1305, replaced atomically on each change.
+///
+/// A file that fails to parse or authenticate is never written over: the
+/// store refuses every change until a person has looked at it.
+public final class SealedFileStore: SecretStore {
+    public let backend = Backend.file
+    public let path: String
+    public let keySource: KeySource
+    private let threadPool: NIOThreadPool
+    private let state: Mutex<State>
+
+    private struct State {
+        var key: SecretBytes?
+        var file: VaultFile?
+    }
+
+    /// Opens the vault at `path`. With a key file or credential the key is
+    /// loaded and the file checked now, so a bad file stops the daemon at start;
+    /// a passphrase vault starts locked.
+    public init(path: String, keySource: KeySource, threadPool: NIOThreadPool = .singleton) throws(StoreError) {
+        self.path = path
+        self.keySource = keySource
+        self.threadPool = threadPool
+        self.state = Mutex(State())
+        try FileSystem.ensurePrivateDirectory(FileSystem.directory(of: path))
+        if keySource != .passphrase {
+            try self.state.withLock { (state) throws(StoreError) in
+                state = try self.open(passphrase: nil)
+            }
+        }
+    }
+
+    public var isLocked: Bool { self.state.withLock { $0.key == nil } }
+
+    public func load(_ account: String) async throws(StoreError) -> AccountSecrets? {
+        try await self.offload { () throws(StoreError) in
+            try self.state.withLock { (state) throws(StoreError) -> AccountSecrets? in
+                let (key, file) = try Self.unlocked(state)
+                guard let box = file.records[account] else { return nil }
+                let plaintext: SecretBytes
+                do {
+                    plaintext = try AEAD.open(box, key: key, associatedData: Array(account.utf8))
+                } catch {
+                    throw StoreError(.corrupt, "the record of '\(account)' does not open")
+                }
+                return try AccountSecrets(decoding: plaintext)
+            }
+        }
+    }
+
+    public func save(_ secrets: AccountSecrets, for account: String) async throws(StoreError) {
+        try await self.offload { () throws(StoreError) in
+            try self.state.withLock { (state) throws(StoreError) in
+                let (key, file) = try Self.unlocked(state)
+                var next = file
+                do {
+                    next.records[account] = try AEAD.seal(
+                        try secrets.encoded(),
+                        key: key,
+                        associatedData: Array(account.utf8)
+                    )
+                } catch {
+                    throw StoreError(.io, "could not seal the record of '\(account)'")
+                }
+                try self.write(next, key: key)
+                state.file = next
+            }
+        }
+    }
+
+    public func remove(_ account: String) async throws(StoreError) -> Bool {
+        try await self.offload { () throws(StoreError) -> Bool in
+            try self.state.withLock { (state) throws(StoreError) -> Bool in
+                let (key, file) = try Self.unlocked(state)
+                guard file.records[account] != nil else { return false }
+                var next = file
+                next.records[account] = nil
+                try self.write(next, key: key)
+                state.file = next
+                return true
+            }
+        }
+    }
+
+    public func lock() async {
+        self.state.withLock { $0 = State() }
+    }
+
+    public func unlock(passphrase: SecretBytes?) async throws(StoreError) {
+        if self.keySource == .passphrase && passphrase == nil {
+            throw StoreError(.keySource, "this vault is sealed with a passphrase; unlock needs it")
+        }
+        try await self.offload { () throws(StoreError) in
+            let opened = try self.open(passphrase: passphrase)
+            self.state.withLock { $0 = opened }
+        }
+    }
+
+    /// Reads the key and the file, or makes both on first use.
+    private func open(passphrase: SecretBytes?) throws(StoreError) -> State {
+        let existing = try FileSystem.read(self.path, limit: VaultFile.maximumSize)
+        switch self.keySource {
+        case .keyFile(let keyPath):
+            let key: SecretBytes
+            if let bytes = try FileSystem.read(keyPath, limit: 4096) {
+                key = try Self.rawKey(bytes, from: keyPath)
+            } else if existing != nil {
+                throw StoreError(
+                    .keySource,
+                    "the vault \(self.path) exists but its key file \(keyPath) is missing; restore the key file"
+                )
+            } else {
+                key = try Self.makeKeyFile(at: keyPath)
+            }
+            return try self.open(existing, expecting: .raw, key: { _ throws(StoreError) in key })
+        case .credential(let credentialPath):
+            guard let bytes = try FileSystem.read(credentialPath, limit: 4096) else {
+                throw StoreError(.keySource, "the credential \(credentialPath) does not exist")
+            }
+            let key = try Self.rawKey(bytes, from: credentialPath)
+            return try self.open(existing, expecting: .raw, key: { _ throws(StoreError) in key })
+        case .passphrase:
+            guard let passphrase else { return State() }
+            return try self.open(existing, expecting: .passphrase) { kdf throws(StoreError) in
+                do {
+                    return try (kdf ?? PasswordKDF.moderate()).deriveKey(from: passphrase)
+                } catch {
+                    throw StoreError(.io, "could not derive the key: \(error)")
+                }
+            }
+        }
+    }
+
+    private func open(
+        _ existing: [UInt8]?,
+        expecting kind: VaultFile.KeyKind,
+        key: (PasswordKDF?) throws(StoreError) -> SecretBytes
+    ) throws(StoreError) -> State {
+        guard let existing else {
+            let kdf: PasswordKDF?
+            do {
+                kdf = kind == .passphrase ? try PasswordKDF.moderate() : nil
+            } catch {
+                throw StoreError(.io, "could not draw a salt: \(error)")
+            }
+            let fresh = VaultFile(keyKind: kind, kdf: kdf, records: [:])
+            let key = try key(kdf)
+            try self.write(fresh, key: key)
+            return State(key: key, file: fresh)
+        }
+        let (file, key) = try VaultFile.parse(existing) { (found, kdf) throws(StoreError) -> SecretBytes in
+            guard found == kind else {
+                let sealedWith = found == .passphrase ? "a passphrase" : "a key file or credential"
+                throw StoreError(.keySource, "the vault \(self.path) is sealed with \(sealedWith); start vaultd with that key source")
+            }
+            return try key(kdf)
+        }
+        return State(key: key, file: file)
+    }
+
+    private func write(_ file: VaultFile, key: SecretBytes) throws(StoreError) {
+        try FileSystem.writeAtomically(try file.serialized(key: key), to: self.path)
+    }
+
+    private static func unlocked(_ state: State) throws(StoreError) -> (SecretBytes, VaultFile) {
+        guard let key = state.key, let file = state.file else {
+            throw StoreError(.locked, "the vault is locked; unlock it with: vaultctl unlock")
+        }
+        return (key, file)
+    }
+
+    private static func rawKey(_ bytes: [UInt8], from path: String) throws(StoreError) -> SecretBytes {
+        var bytes = bytes
+        defer { bytes.secureZero() }
+        guard bytes.count == AEAD.keyBytes else {
+            throw StoreError(.keySource, "\(path) must hold exactly \(AEAD.keyBytes) bytes; it holds \(bytes.count)")
+        }
+        do {
+            return try SecretBytes(copying: bytes)
+        } catch {
+            throw StoreError(.io, "could not allocate guarded memory for the key")
+        }
+    }
+
+    private static func makeKeyFile(at path: String) throws(StoreError) -> SecretBytes {
+        try FileSystem.ensurePrivateDirectory(FileSystem.directory(of: path))
+        let key: SecretBytes
+        do {
+            key = try SecretBytes(randomCount: AEAD.keyBytes)
+        } catch {
+            throw StoreError(.io, "could not draw a key")
+        }
+        var bytes = key.withUnsafeBytes { Array($0) }
+        defer { bytes.secureZero() }
+        try FileSystem.writeAtomically(bytes, to: path)
+        return key
+    }
+
+    /// Runs blocking file work on the I/O thread pool, never on an event loop
+    /// or the cooperative pool.
+    private func offload<T: Sendable>(
+        _ body: @escaping @Sendable () throws(StoreError) -> T
+    ) async throws(StoreError) -> T {
+        let result: Result<T, StoreError>
+        do {
+            result = try await self.threadPool.runIfActive { () -> Result<T, StoreError> in
+                do throws(StoreError) {
+                    return .success(try body())
+                } catch {
+                    return .failure(error)
+                }
+            }
+        } catch {
+            throw StoreError(.unavailable, "the I/O thread pool has stopped")
+        }
+        return try result.get()
+    }
+}

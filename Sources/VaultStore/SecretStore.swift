@@ -1,0 +1,48 @@
+public import VaultCrypto
+
+/// Which backend holds the secrets; the names are the wire names of `status.backend`.
+public enum Backend: String, Hashable, Sendable, CaseIterable {
+    case file
+    case keyring
+}
+
+/// The secrets of one account: everything about it that must not be readable
+/// at rest. Everything else (issuer, client id, scopes) is configuration.
+public struct AccountSecrets: Sendable, Equatable {
+    public var refreshToken: SecretBytes?
+    public var clientSecret: SecretBytes?
+    public var idToken: SecretBytes?
+
+    public init(refreshToken: SecretBytes? = nil, clientSecret: SecretBytes? = nil, idToken: SecretBytes? = nil) {
+        self.refreshToken = refreshToken
+        self.clientSecret = clientSecret
+        self.idToken = idToken
+    }
+
+    public var isEmpty: Bool { self.refreshToken == nil && self.clientSecret == nil && self.idToken == nil }
+}
+
+/// Where account secrets rest. Every method may block on disk or D-Bus, so
+/// implementations run their work off the event loop and the cooperative pool.
+public protocol SecretStore: Sendable {
+    var backend: Backend { get }
+
+    /// True while the store cannot read or write for want of a key.
+    var isLocked: Bool { get }
+
+    /// The account's secrets, or nil when the store holds none for it.
+    func load(_ account: String) async throws(StoreError) -> AccountSecrets?
+
+    /// Replaces the account's secrets, durably, before returning.
+    func save(_ secrets: AccountSecrets, for account: String) async throws(StoreError)
+
+    /// Removes the account's secrets; true when there was something to remove.
+    func remove(_ account: String) async throws(StoreError) -> Bool
+
+    /// Forgets the key; later calls throw `.locked` until `unlock`.
+    func lock() async
+
+    /// Loads the key again: from `passphrase` for a passphrase vault, from its
+    /// file for the others (where `passphrase` is ignored).
+    func unlock(passphrase: SecretBytes?) async throws(StoreError)
+}

@@ -1,0 +1,110 @@
+import ArgumentParser
+import Foundation
+import VaultClient
+import VaultCrypto
+import VaultProtocol
+
+struct Account: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Add, list and remove accounts.",
+        subcommands: [Add.self, List.self, Remove.self]
+    )
+
+    struct Add: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Add an account: an issuer and the client that signs in to it.",
+            discussion: "Secrets never go on the command line: --client-secret reads the secret from the terminal or stdin."
+        )
+
+        @OptionGroup var connection: Connection
+
+        @Argument(help: "A short name for the account, like 'work'.")
+        var name: String
+
+        @Option(help: "The issuer URL (https, or http on loopback).")
+        var issuer: String
+
+        @Option(help: "The OAuth client id.")
+        var clientID: String
+
+        @Option(name: .customLong("scope"), help: "A scope to ask for; repeat for more.")
+        var scopes: [String] = ["openid", "offline_access"]
+
+        @Flag(help: "Read a client secret from the terminal (no echo) or stdin.")
+        var clientSecret = false
+
+        @Option(name: .customLong("allowed-client"), help: "An executable that may use this account; repeat for more.")
+        var allowedClients: [String] = []
+
+        @Flag(help: "Let allowed clients fetch the refresh token itself.")
+        var releaseRefreshToken = false
+
+        @Option(help: "A fixed loopback redirect URI, for issuers that match the port exactly.")
+        var redirectURI: String?
+
+        func run() throws {
+            let secret = self.clientSecret ? try Prompt.secret("client secret: ") : nil
+            let configuration = AccountConfiguration(
+                name: self.name,
+                issuer: self.issuer,
+                clientID: self.clientID,
+                scopes: self.scopes,
+                allowedClients: self.allowedClients,
+                releaseRefreshToken: self.releaseRefreshToken,
+                redirectURI: self.redirectURI
+            )
+            try self.connection.run { (vault) throws(VaultError) in
+                let addition = AccountAddition(configuration: configuration, clientSecret: secret)
+                let reply = try vault.send(.accountAdd(addition))
+                if self.connection.json { return self.connection.printJSON(reply) }
+                Output.line("added \(self.name) (\(self.issuer))")
+            }
+        }
+    }
+
+    struct List: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the accounts, one per line.")
+
+        @OptionGroup var connection: Connection
+
+        func run() throws {
+            try self.connection.run { (vault) throws(VaultError) in
+                let reply = try vault.send(.status)
+                let status: StatusResult
+                do {
+                    status = try LineCodec.payload(StatusResult.self, of: reply)
+                } catch {
+                    throw VaultError(.internalError, "vaultd sent a status this vaultctl cannot read")
+                }
+                if self.connection.json {
+                    let names = status.accounts.map { "\"\($0.name)\"" }.joined(separator: ",")
+                    return Output.line("[\(names)]")
+                }
+                for account in status.accounts { Output.line(account.name) }
+            }
+        }
+    }
+
+    struct Remove: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Sign an account out and forget it.")
+
+        @OptionGroup var connection: Connection
+
+        @Argument(help: "The account to remove.")
+        var name: String
+
+        func run() throws {
+            try self.connection.run { (vault) throws(VaultError) in
+                let reply = try vault.send(.accountRemove(name: self.name))
+                if self.connection.json { return self.connection.printJSON(reply) }
+                let removal: RemovalResult
+                do {
+                    removal = try LineCodec.payload(RemovalResult.self, of: reply)
+                } catch {
+                    throw VaultError(.internalError, "vaultd sent a reply this vaultctl cannot read")
+                }
+                Output.line("removed \(removal.account); secrets wiped from: \(removal.wiped.joined(separator: ", "))")
+            }
+        }
+    }
+}

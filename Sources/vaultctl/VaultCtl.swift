@@ -1,0 +1,132 @@
+import ArgumentParser
+import Foundation
+import VaultClient
+import VaultCrypto
+import VaultProtocol
+
+@main
+struct VaultCtl: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "vaultctl",
+        abstract: "Talk to vaultd, the tokenvault daemon.",
+        version: TokenVault.version,
+        subcommands: [Status.self, Account.self, Lock.self, Unlock.self]
+    )
+}
+
+/// Options every command takes.
+struct Connection: ParsableArguments {
+    @Option(help: "The socket path (default: $TOKENVAULT_SOCKET, else $XDG_RUNTIME_DIR/tokenvault/vaultd.sock).")
+    var socket: String?
+
+    @Flag(help: "Print the daemon's JSON reply instead of text.")
+    var json = false
+
+    /// Runs `body` against the daemon; a wire error becomes one line on
+    /// stderr and the matching exit code.
+    func run(_ body: (VaultConnection) throws(VaultError) -> Void) throws {
+        do throws(VaultError) {
+            let path = try TokenVault.socketPath(explicit: self.socket ?? TokenVault.environment("VAULTCTL_SOCKET"))
+            try body(try VaultConnection(path: path))
+        } catch {
+            Output.error(error.message)
+            throw ExitCode(error.code.exitCode)
+        }
+    }
+
+    func printJSON(_ reply: Data) {
+        Output.line(String(decoding: reply, as: UTF8.self))
+    }
+}
+
+extension ErrorCode {
+    /// Exit codes follow sysexits(3).
+    var exitCode: Int32 {
+        switch self {
+        case .badRequest, .unknownOp, .lineTooLong: 65  // EX_DATAERR
+        case .unknownAccount, .notSignedIn, .flowNotFound, .userNotFound: 67  // EX_NOUSER
+        case .unavailable: 69  // EX_UNAVAILABLE
+        case .idpUnavailable, .overloaded: 75  // EX_TEMPFAIL
+        case .forbidden, .locked, .reauthRequired, .invalidCredentials: 77  // EX_NOPERM
+        default: 70  // EX_SOFTWARE
+        }
+    }
+}
+
+enum Output {
+    static func line(_ text: String) {
+        FileHandle.standardOutput.write(Data((text + "\n").utf8))
+    }
+
+    static func error(_ message: String) {
+        FileHandle.standardError.write(Data("vaultctl: error: \(message)\n".utf8))
+    }
+}
+
+struct Status: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Show the vault's state and its accounts.")
+
+    @OptionGroup var connection: Connection
+
+    func run() throws {
+        try self.connection.run { (vault) throws(VaultError) in
+            let reply = try vault.send(.status)
+            if self.connection.json { return self.connection.printJSON(reply) }
+            let status: StatusResult
+            do {
+                status = try LineCodec.payload(StatusResult.self, of: reply)
+            } catch {
+                throw VaultError(.internalError, "vaultd sent a status this vaultctl cannot read")
+            }
+            let key = status.keySource.map { ", key from \($0)" } ?? ""
+            Output.line("vault: \(status.locked ? "locked" : "unlocked") (\(status.backend) backend\(key))")
+            if status.accounts.isEmpty {
+                Output.line("no accounts; add one with: vaultctl account add NAME --issuer URL --client-id ID")
+            }
+            for account in status.accounts {
+                let state =
+                    account.needsReauth ? "needs sign-in again" : account.signedIn ? "signed in" : "not signed in"
+                let user = account.username.map { " as \($0)" } ?? ""
+                Output.line("\(account.name): \(state)\(user) at \(account.issuer)")
+            }
+        }
+    }
+}
+
+struct Lock: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Forget the vault's key until the next unlock.")
+
+    @OptionGroup var connection: Connection
+
+    func run() throws {
+        try self.connection.run { (vault) throws(VaultError) in
+            let reply = try vault.send(.lock)
+            if self.connection.json { return self.connection.printJSON(reply) }
+            Output.line("vault locked")
+        }
+    }
+}
+
+struct Unlock: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Unlock the vault.",
+        discussion: """
+            A passphrase vault asks for its passphrase on the terminal, without echo, or reads \
+            one line from standard input when that is not a terminal. Other vaults reload their key.
+            """
+    )
+
+    @OptionGroup var connection: Connection
+
+    @Flag(help: "Do not ask for a passphrase (for vaults keyed by a file or credential).")
+    var noPassphrase = false
+
+    func run() throws {
+        let passphrase = self.noPassphrase ? nil : try Prompt.secret("passphrase: ")
+        try self.connection.run { (vault) throws(VaultError) in
+            let reply = try vault.send(.unlock(passphrase: passphrase))
+            if self.connection.json { return self.connection.printJSON(reply) }
+            Output.line("vault unlocked")
+        }
+    }
+}

@@ -1,0 +1,143 @@
+public import ArgumentParser
+import CVaultSystem
+import Glibc
+public import Logging
+import ServiceLifecycle
+import UnixSignals
+import VaultDaemon
+import VaultProtocol
+import VaultStore
+
+@main
+struct VaultD: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "vaultd",
+        abstract: "The tokenvault daemon: keeps OAuth refresh tokens sealed and serves access tokens on a Unix socket.",
+        version: TokenVault.version
+    )
+
+    enum BackendChoice: String, ExpressibleByArgument, CaseIterable {
+        case auto, file, keyring
+    }
+
+    enum KeySourceChoice: String, ExpressibleByArgument, CaseIterable {
+        case keyfile, passphrase, credential
+    }
+
+    @Option(help: "The socket path (default: $TOKENVAULT_SOCKET, else $XDG_RUNTIME_DIR/tokenvault/vaultd.sock).")
+    var socket: String?
+
+    @Option(help: "Where secrets rest: auto, file or keyring.")
+    var backend: BackendChoice = .auto
+
+    @Option(help: "Where the file backend's key comes from: keyfile, passphrase or credential.")
+    var keySource: KeySourceChoice = .keyfile
+
+    @Option(help: "The key file (default: $XDG_STATE_HOME/tokenvault/vault.key, made on first start).")
+    var keyFile: String?
+
+    @Option(help: "trace, debug, info, notice, warning or error.")
+    var logLevel: Logger.Level = .info
+
+    func run() async throws {
+        let level = self.logLevel
+        LoggingSystem.bootstrap { JournalLogHandler(label: $0, level: level) }
+        let logger = Logger(label: "vaultd")
+        do {
+            try await self.serve(logger: logger)
+        } catch let error as VaultError {
+            logger.error("\(error.message)")
+            throw ExitCode(70)
+        } catch let error as StoreError {
+            logger.error("\(error.message)")
+            throw ExitCode(70)
+        } catch let error as ServerError {
+            logger.error("\(error.description)")
+            throw ExitCode(70)
+        }
+    }
+
+    private func serve(logger: Logger) async throws {
+        // No core dumps, no ptrace from other processes of the user (ssh-agent does the same).
+        _ = vault_set_undumpable()
+        Self.raiseOpenFileLimit()
+
+        let paths = try DaemonPaths.fromEnvironment()
+        try FileSystem.ensurePrivateDirectory(paths.stateDirectory)
+        let lock = try LockFile(path: paths.lockFile)
+        let socketPath = try TokenVault.socketPath(explicit: self.socket)
+
+        let store: any SecretStore
+        let keySource: KeySource
+        switch self.backend {
+        case .keyring:
+            throw ServerError("the keyring backend is not available in this version; use --backend file")
+        case .auto, .file:
+            keySource = try self.resolvedKeySource(paths)
+            store = try SealedFileStore(path: paths.vaultFile, keySource: keySource)
+        }
+        logger.info(
+            "vault opened",
+            metadata: ["backend": "\(store.backend.rawValue)", "key_source": "\(keySource.name)", "locked": "\(store.isLocked)"]
+        )
+
+        let broker = try Broker(
+            store: store,
+            directory: AccountDirectory(path: paths.accountsFile),
+            keySource: keySource,
+            logger: logger
+        )
+        try await broker.start()
+        let server = try await SocketServer.start(
+            SocketServer.Configuration(path: socketPath),
+            dispatcher: Dispatcher(broker: broker, logger: logger),
+            logger: logger
+        )
+        let group = ServiceGroup(
+            configuration: ServiceGroupConfiguration(
+                services: [.init(service: SocketService(server: server))],
+                gracefulShutdownSignals: [.sigterm, .sigint],
+                logger: logger
+            )
+        )
+        try await group.run()
+        withExtendedLifetime(lock) {}
+        logger.info("stopped")
+    }
+
+    private func resolvedKeySource(_ paths: DaemonPaths) throws -> KeySource {
+        switch self.keySource {
+        case .keyfile:
+            return .keyFile(self.keyFile ?? paths.defaultKeyFile)
+        case .passphrase:
+            return .passphrase
+        case .credential:
+            guard let directory = TokenVault.environment("CREDENTIALS_DIRECTORY") else {
+                throw ServerError(
+                    "--key-source credential needs $CREDENTIALS_DIRECTORY; run under systemd with LoadCredential=vault.key"
+                )
+            }
+            return .credential(directory + "/vault.key")
+        }
+    }
+
+    /// One descriptor per connection: lift the soft limit to the hard one.
+    private static func raiseOpenFileLimit() {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
+        limit.rlim_cur = limit.rlim_max
+        _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+    }
+}
+
+extension Logger.Level: @retroactive ExpressibleByArgument {}
+
+/// Keeps the socket open until a graceful shutdown, then closes it.
+struct SocketService: Service {
+    let server: SocketServer
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        await self.server.close()
+    }
+}

@@ -1,0 +1,177 @@
+import Foundation
+import Testing
+import VaultCrypto
+@testable import VaultStore
+
+@Suite struct SealedFileStoreTests {
+    let folder: String
+    var vaultPath: String { self.folder + "/state/vault.sealed" }
+    var keyPath: String { self.folder + "/state/vault.key" }
+
+    init() throws {
+        self.folder = NSTemporaryDirectory() + "tv-store-" + UUID().uuidString.prefix(8)
+        try FileManager.default.createDirectory(atPath: self.folder, withIntermediateDirectories: true)
+    }
+
+    func secrets(_ token: String) throws -> AccountSecrets {
+        AccountSecrets(refreshToken: try SecretBytes(utf8: token), clientSecret: try SecretBytes(utf8: "cs-" + token))
+    }
+
+    func keyFileStore() throws -> SealedFileStore {
+        try SealedFileStore(path: self.vaultPath, keySource: .keyFile(self.keyPath))
+    }
+
+    func bytes(_ path: String) throws -> [UInt8] {
+        Array(try Data(contentsOf: URL(fileURLWithPath: path)))
+    }
+
+    func write(_ bytes: [UInt8], _ path: String) throws {
+        try Data(bytes).write(to: URL(fileURLWithPath: path))
+    }
+
+    func mode(_ path: String) throws -> Int {
+        (try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int) ?? -1
+    }
+
+    @Test func roundTripsAcrossRestarts() async throws {
+        let store = try self.keyFileStore()
+        #expect(try await store.load("work") == nil)
+        try await store.save(try self.secrets("rt-1"), for: "work")
+        try await store.save(try self.secrets("rt-2"), for: "home")
+        try await store.save(try self.secrets("rt-3"), for: "work")
+        let reopened = try self.keyFileStore()
+        #expect(try await reopened.load("work") == (try self.secrets("rt-3")))
+        #expect(try await reopened.load("home") == (try self.secrets("rt-2")))
+        #expect(try await reopened.remove("home"))
+        #expect(!(try await reopened.remove("home")))
+        #expect(try await self.keyFileStore().load("home") == nil)
+        #expect(try self.mode(self.vaultPath) == 0o600)
+        #expect(try self.mode(self.keyPath) == 0o600)
+        #expect(try self.mode(self.folder + "/state") == 0o700)
+        let raw = String(decoding: try self.bytes(self.vaultPath), as: UTF8.self)
+        #expect(!raw.contains("rt-3"))
+    }
+
+    @Test func aRecordMovedToAnotherAccountDoesNotOpen() async throws {
+        let store = try self.keyFileStore()
+        try await store.save(try self.secrets("rt-a"), for: "aaaa")
+        var bytes = try self.bytes(self.vaultPath)
+        // Rename the record in place: same length, so only the associated data changes.
+        let name = Array("aaaa".utf8)
+        let at = try #require(bytes.indices.first { Array(bytes[$0..<min($0 + 4, bytes.count)]) == name })
+        bytes.replaceSubrange(at..<at + 4, with: Array("bbbb".utf8))
+        try self.write(bytes, self.vaultPath)
+        #expect(throws: StoreError.self) { try self.keyFileStore() }
+    }
+
+    @Test func refusesDamagedFilesAndNeverOverwritesThem() async throws {
+        let store = try self.keyFileStore()
+        try await store.save(try self.secrets("rt-1"), for: "work")
+        let good = try self.bytes(self.vaultPath)
+        var damaged: [(String, [UInt8], StoreError.Kind)] = [
+            ("truncated", Array(good.dropLast(7)), .corrupt),
+            ("header only", Array(good.prefix(30)), .corrupt),
+            ("trailing bytes", good + [0], .corrupt),
+            ("foreign", Array("{\"hello\": 1}".utf8), .foreign),
+            ("empty", [], .foreign),
+        ]
+        var newer = good
+        newer[9] = 2
+        damaged.append(("newer version", newer, .foreign))
+        for index in [12, 50, good.count - 1] {
+            var flipped = good
+            flipped[index] ^= 0x40
+            damaged.append(("bit \(index)", flipped, index < 87 ? .wrongKey : .corrupt))
+        }
+        for (label, bytes, kind) in damaged {
+            try self.write(bytes, self.vaultPath)
+            do {
+                _ = try self.keyFileStore()
+                Issue.record("\(label) was accepted")
+            } catch let error as StoreError {
+                #expect(error.kind == kind, "\(label): \(error.message)")
+            }
+            #expect(try self.bytes(self.vaultPath) == bytes, "\(label) was rewritten")
+        }
+    }
+
+    @Test func aLeftoverTemporaryFileDoesNotHarm() async throws {
+        let store = try self.keyFileStore()
+        try await store.save(try self.secrets("rt-1"), for: "work")
+        // A crash between writing the temporary file and renaming it.
+        try self.write(Array("half-written".utf8), self.vaultPath + ".tmp")
+        let reopened = try self.keyFileStore()
+        #expect(try await reopened.load("work") == (try self.secrets("rt-1")))
+        try await reopened.save(try self.secrets("rt-2"), for: "work")
+        #expect(try await self.keyFileStore().load("work") == (try self.secrets("rt-2")))
+    }
+
+    @Test func aMissingKeyFileNextToAVaultIsRefused() async throws {
+        let store = try self.keyFileStore()
+        try await store.save(try self.secrets("rt-1"), for: "work")
+        let before = try self.bytes(self.vaultPath)
+        try FileManager.default.removeItem(atPath: self.keyPath)
+        #expect(throws: StoreError.self) { try self.keyFileStore() }
+        #expect(try self.bytes(self.vaultPath) == before)
+        #expect(!FileManager.default.fileExists(atPath: self.keyPath))
+    }
+
+    @Test func aWrongKeyFileIsRefused() async throws {
+        let store = try self.keyFileStore()
+        try await store.save(try self.secrets("rt-1"), for: "work")
+        try self.write(Array(repeating: 1, count: 32), self.keyPath)
+        do {
+            _ = try self.keyFileStore()
+            Issue.record("a wrong key opened the vault")
+        } catch let error as StoreError {
+            #expect(error.kind == .wrongKey)
+        }
+        try self.write(Array(repeating: 1, count: 31), self.keyPath)
+        do {
+            _ = try self.keyFileStore()
+            Issue.record("a short key was accepted")
+        } catch let error as StoreError {
+            #expect(error.kind == .keySource)
+        }
+    }
+
+    @Test func aPassphraseVaultStartsLockedAndUnlocks() async throws {
+        let store = try SealedFileStore(path: self.vaultPath, keySource: .passphrase)
+        #expect(store.isLocked)
+        await #expect(throws: StoreError.self) { try await store.load("work") }
+        try await store.unlock(passphrase: try SecretBytes(utf8: "correct horse"))
+        #expect(!store.isLocked)
+        try await store.save(try self.secrets("rt-1"), for: "work")
+        await store.lock()
+        #expect(store.isLocked)
+        do {
+            try await store.unlock(passphrase: try SecretBytes(utf8: "wrong horse"))
+            Issue.record("a wrong passphrase unlocked the vault")
+        } catch let error as StoreError {
+            #expect(error.kind == .wrongKey)
+        }
+        #expect(store.isLocked)
+        let reopened = try SealedFileStore(path: self.vaultPath, keySource: .passphrase)
+        try await reopened.unlock(passphrase: try SecretBytes(utf8: "correct horse"))
+        #expect(try await reopened.load("work") == (try self.secrets("rt-1")))
+        // The same file cannot be opened as a key-file vault.
+        do {
+            _ = try self.keyFileStore()
+            Issue.record("a passphrase vault opened with a key file")
+        } catch let error as StoreError {
+            #expect(error.kind == .keySource)
+        }
+    }
+
+    @Test func aCredentialKeysTheVault() async throws {
+        let credential = self.folder + "/vault.key.cred"
+        try self.write(Array(repeating: 9, count: 32), credential)
+        let store = try SealedFileStore(path: self.vaultPath, keySource: .credential(credential))
+        try await store.save(try self.secrets("rt-1"), for: "work")
+        let reopened = try SealedFileStore(path: self.vaultPath, keySource: .credential(credential))
+        #expect(try await reopened.load("work") == (try self.secrets("rt-1")))
+        #expect(throws: StoreError.self) {
+            try SealedFileStore(path: self.vaultPath, keySource: .credential(self.folder + "/absent"))
+        }
+    }
+}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tokenvault builds and tests with. Idempotent:
+# it does nothing when they are all present.
+set -euo pipefail
+
+packages=(
+    libsodium-dev libsecret-1-dev pkg-config   # build
+    gnome-keyring libsecret-tools dbus         # Secret Service tests
+    glewlwyd sqlite3 openssl                   # the third-party OpenID provider in the tests
+    util-linux python3                         # setpriv and a stdlib client, for the other-user test
+)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update -qq
+    $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
