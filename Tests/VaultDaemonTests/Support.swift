@@ -165,6 +165,10 @@ final class DaemonProcess: @unchecked Sendable {
         env.merge(environment) { _, new in new }
         self.process.environment = env
         let pipe = Pipe()
+        // Other children spawned meanwhile (tests run in parallel) must not
+        // inherit the write end, or end-of-file would wait for them too.
+        _ = fcntl(pipe.fileHandleForWriting.fileDescriptor, F_SETFD, FD_CLOEXEC)
+        _ = fcntl(pipe.fileHandleForReading.fileDescriptor, F_SETFD, FD_CLOEXEC)
         self.process.standardError = pipe
         self.process.standardOutput = FileHandle.nullDevice
         pipe.fileHandleForReading.readabilityHandler = { [weak self] handle in
@@ -261,6 +265,10 @@ private func blockingRunTool(
     let stdin = Pipe()
     let stdout = Pipe()
     let stderr = Pipe()
+    for pipe in [stdin, stdout, stderr] {
+        _ = fcntl(pipe.fileHandleForWriting.fileDescriptor, F_SETFD, FD_CLOEXEC)
+        _ = fcntl(pipe.fileHandleForReading.fileDescriptor, F_SETFD, FD_CLOEXEC)
+    }
     process.standardInput = stdin
     process.standardOutput = stdout
     process.standardError = stderr
