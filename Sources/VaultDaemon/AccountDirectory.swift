@@ -1,7 +1,7 @@
 import Foundation
 public import NIOPosix
 public import VaultProtocol
-public import VaultStore
+import VaultStore
 
 /// The account configurations, kept in one JSON file a person can read and
 /// edit (`accounts.json`). Secrets never go here.

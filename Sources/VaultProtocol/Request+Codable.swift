@@ -1,5 +1,5 @@
 import Foundation
-public import VaultCrypto
+import VaultCrypto
 
 extension Request: Decodable {
     private enum Key: String, CodingKey {
