@@ -53,8 +53,8 @@ public final class SocketServer: Sendable {
                     logger: logger
                 )
             }
-        let oldMask = umask(0o177)
-        defer { umask(oldMask) }
+        // Until the chmod the socket has the umask's mode, which gives no
+        // other user write access, so none can connect; SO_PEERCRED checks anyway.
         let channel = try await bootstrap.bind(unixDomainSocketPath: configuration.path).get()
         guard chmod(configuration.path, 0o600) == 0 else {
             try? await channel.close()
@@ -148,7 +148,7 @@ enum SocketPreparation {
         guard path.utf8.count < 108 else {
             throw ServerError("the socket path \(path) is longer than the 107 bytes a Unix socket allows")
         }
-        try FileSystem.ensurePrivateDirectory(FileSystem.directory(of: path))
+        try FileSystem.createDirectories(FileSystem.directory(of: path))
         var info = stat()
         guard lstat(path, &info) == 0 else { return }
         guard info.st_mode & S_IFMT == S_IFSOCK else {

@@ -2,8 +2,9 @@ import Glibc
 
 /// The few file operations the vault needs, done the durable way.
 public enum FileSystem {
-    /// Creates `path` and its parents; the last component ends up mode 0700.
-    public static func ensurePrivateDirectory(_ path: String) throws(StoreError) {
+    /// Creates `path` and any missing parents, each new one mode 0700.
+    /// Folders that exist are left as they are.
+    public static func createDirectories(_ path: String) throws(StoreError) {
         var built = path.hasPrefix("/") ? "" : "."
         for component in path.split(separator: "/") {
             built += "/" + component
@@ -11,6 +12,12 @@ public enum FileSystem {
                 throw StoreError(.io, "cannot create \(built): \(Self.reason())")
             }
         }
+    }
+
+    /// Creates `path` and its parents, and makes sure the folder itself is
+    /// the user's and mode 0700. Only for tokenvault's own folders.
+    public static func ensurePrivateDirectory(_ path: String) throws(StoreError) {
+        try Self.createDirectories(path)
         var info = stat()
         guard lstat(path, &info) == 0 else { throw StoreError(.io, "cannot inspect \(path): \(Self.reason())") }
         guard info.st_mode & S_IFMT == S_IFDIR else { throw StoreError(.io, "\(path) is not a folder") }

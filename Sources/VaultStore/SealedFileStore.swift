@@ -207,7 +207,7 @@ public final class SealedFileStore: SecretStore {
     }
 
     private static func makeKeyFile(at path: String) throws(StoreError) -> SecretBytes {
-        try FileSystem.ensurePrivateDirectory(FileSystem.directory(of: path))
+        try FileSystem.createDirectories(FileSystem.directory(of: path))
         let key: SecretBytes
         do {
             key = try SecretBytes(randomCount: AEAD.keyBytes)

@@ -66,6 +66,10 @@ struct VaultD: AsyncParsableCommand {
         try FileSystem.ensurePrivateDirectory(paths.stateDirectory)
         let lock = try LockFile(path: paths.lockFile)
         let socketPath = try TokenVault.socketPath(explicit: self.socket)
+        if self.socket == nil && TokenVault.environment("TOKENVAULT_SOCKET") == nil {
+            // The default folder, $XDG_RUNTIME_DIR/tokenvault, is ours: keep it 0700.
+            try FileSystem.ensurePrivateDirectory(FileSystem.directory(of: socketPath))
+        }
 
         let store: any SecretStore
         let keySource: KeySource

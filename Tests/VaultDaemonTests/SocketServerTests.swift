@@ -28,6 +28,9 @@ struct SocketServerTests {
         defer { Task { await vault.stop() } }
         let mode = try FileManager.default.attributesOfItem(atPath: vault.socketPath)[.posixPermissions] as? Int
         #expect(mode == 0o600)
+        // A folder the daemon did not make is left as it was.
+        let folderMode = try FileManager.default.attributesOfItem(atPath: vault.folder)[.posixPermissions] as? Int
+        #expect(folderMode == 0o755)
     }
 
     @Test func answersPipelinedRequestsByID() async throws {

@@ -142,19 +142,20 @@ extension Dictionary where Key == String, Value == Any {
     var errorCode: String? { (self["error"] as? [String: Any])?["code"] as? String }
 }
 
-/// vaultd as a child process, its stderr collected line by line so a test can
-/// wait for a log line (an event) instead of sleeping.
+/// vaultd as a child process. Its stderr goes to a file, not a pipe: a pipe's
+/// end-of-file would also wait for any other child that inherited it.
 final class DaemonProcess: @unchecked Sendable {
     let process = Process()
     let folder: String
     let socketPath: String
-    private let condition = NSCondition()
-    private var log = ""
-    private var ended = false
+    let logPath: String
 
     init(folder: String, socketPath: String? = nil, arguments: [String] = [], environment: [String: String] = [:]) throws {
         self.folder = folder
         self.socketPath = socketPath ?? folder + "/d.sock"
+        self.logPath = folder + "/vaultd-\(UUID().uuidString.prefix(8)).log"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        _ = FileManager.default.createFile(atPath: self.logPath, contents: nil)
         self.process.executableURL = URL(fileURLWithPath: productsDirectory + "/vaultd")
         self.process.arguments = ["--socket", self.socketPath] + arguments
         var env = ProcessInfo.processInfo.environment
@@ -164,68 +165,39 @@ final class DaemonProcess: @unchecked Sendable {
         env["JOURNAL_STREAM"] = nil
         env.merge(environment) { _, new in new }
         self.process.environment = env
-        let pipe = Pipe()
-        // Other children spawned meanwhile (tests run in parallel) must not
-        // inherit the write end, or end-of-file would wait for them too.
-        _ = fcntl(pipe.fileHandleForWriting.fileDescriptor, F_SETFD, FD_CLOEXEC)
-        _ = fcntl(pipe.fileHandleForReading.fileDescriptor, F_SETFD, FD_CLOEXEC)
-        self.process.standardError = pipe
+        self.process.standardError = FileHandle(forWritingAtPath: self.logPath)
         self.process.standardOutput = FileHandle.nullDevice
-        pipe.fileHandleForReading.readabilityHandler = { [weak self] handle in
-            let data = handle.availableData
-            guard let self else { return }
-            self.condition.lock()
-            if data.isEmpty {
-                self.ended = true
-                handle.readabilityHandler = nil
-            } else {
-                self.log += String(decoding: data, as: UTF8.self)
-            }
-            self.condition.broadcast()
-            self.condition.unlock()
-        }
         try self.process.run()
     }
 
-    /// Waits until the log contains `text` or the process's stderr closes.
+    /// Polls the log, with a deadline, until it contains `text` or the
+    /// daemon has exited.
     @discardableResult
     func waitForLog(_ text: String, seconds: Double = 30) async -> Bool {
-        await blocking { self.blockingWaitForLog(text, seconds: seconds) }
-    }
-
-    private func blockingWaitForLog(_ text: String, seconds: Double) -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        self.condition.lock()
-        defer { self.condition.unlock() }
-        while !self.log.contains(text) && !self.ended {
-            if !self.condition.wait(until: deadline) { return false }
+        await blocking {
+            let deadline = Date().addingTimeInterval(seconds)
+            while Date() < deadline {
+                if self.output.contains(text) { return true }
+                if !self.process.isRunning { return self.output.contains(text) }
+                Thread.sleep(forTimeInterval: 0.01)
+            }
+            return false
         }
-        return self.log.contains(text)
     }
 
-    /// Waits for the process to end and its stderr to be read to the end.
-    func waitForExit(seconds: Double = 30) async -> Int32? {
-        await blocking { self.blockingWaitForExit(seconds: seconds) }
-    }
-
-    private func blockingWaitForExit(seconds: Double) -> Int32? {
-        let deadline = Date().addingTimeInterval(seconds)
-        self.condition.lock()
-        while !self.ended {
-            if !self.condition.wait(until: deadline) { break }
+    /// Waits for the process to end (an event: its exit).
+    func waitForExit() async -> Int32 {
+        await blocking {
+            self.process.waitUntilExit()
+            return self.process.terminationStatus
         }
-        self.condition.unlock()
-        self.process.waitUntilExit()
-        return self.process.terminationStatus
     }
 
     var output: String {
-        self.condition.lock()
-        defer { self.condition.unlock() }
-        return self.log
+        (try? String(contentsOfFile: self.logPath, encoding: .utf8)) ?? ""
     }
 
-    func terminate() async -> Int32? {
+    func terminate() async -> Int32 {
         if self.process.isRunning { kill(self.process.processIdentifier, SIGTERM) }
         return await self.waitForExit()
     }
