@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import VaultProtocol
 
 /// The checks an account's configuration passes before it is stored.

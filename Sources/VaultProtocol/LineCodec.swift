@@ -1,4 +1,4 @@
-public import Foundation
+public import FoundationEssentials
 
 /// Turns lines into requests and replies into lines. Never throws: a line
 /// that is not a request becomes a request that fails with `bad_request`.

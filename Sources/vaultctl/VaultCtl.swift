@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import VaultClient
 import VaultCrypto
 import VaultProtocol
@@ -53,13 +54,25 @@ extension ErrorCode {
     }
 }
 
+/// stdout carries results only (a token, a list); everything else goes to stderr.
 enum Output {
     static func line(_ text: String) {
-        FileHandle.standardOutput.write(Data((text + "\n").utf8))
+        Self.write(1, text + "\n")
     }
 
     static func error(_ message: String) {
-        FileHandle.standardError.write(Data("vaultctl: error: \(message)\n".utf8))
+        Self.write(2, "vaultctl: error: \(message)\n")
+    }
+
+    private static func write(_ fd: Int32, _ text: String) {
+        let bytes = Array(text.utf8)
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress?.advanced(by: offset), $0.count - offset) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { return }
+            offset += n
+        }
     }
 }
 
