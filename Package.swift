@@ -21,6 +21,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.0"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.7.0"),
     ],
     targets: [
         .systemLibrary(
@@ -50,6 +52,29 @@ let package = Package(
             swiftSettings: strict
         ),
         .target(
+            name: "VaultOIDC",
+            dependencies: [
+                "VaultCrypto",
+                "VaultProtocol",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+        .target(
+            name: "VaultTestIssuer",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+            ],
+            path: "Tests/Support/VaultTestIssuer"
+        ),
+        .target(
             name: "VaultProtocol",
             dependencies: ["VaultCrypto"],
             swiftSettings: strict
@@ -57,6 +82,7 @@ let package = Package(
         .target(
             name: "VaultDaemon",
             dependencies: [
+                "VaultOIDC",
                 "VaultProtocol",
                 "VaultStore",
                 "VaultCrypto",
@@ -78,6 +104,7 @@ let package = Package(
             name: "vaultd",
             dependencies: [
                 "VaultDaemon",
+                "VaultOIDC",
                 "VaultStore",
                 "CVaultSystem",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -103,7 +130,8 @@ let package = Package(
         .testTarget(
             name: "VaultDaemonTests",
             dependencies: [
-                "VaultDaemon", "VaultStore", "VaultProtocol", "VaultClient", "VaultCrypto",
+                "VaultDaemon", "VaultStore", "VaultProtocol", "VaultClient", "VaultCrypto", "VaultOIDC",
+                "VaultTestIssuer",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),

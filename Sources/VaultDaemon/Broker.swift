@@ -1,5 +1,6 @@
 public import Logging
 public import VaultCrypto
+public import VaultOIDC
 public import VaultProtocol
 public import VaultStore
 
@@ -7,27 +8,47 @@ public import VaultStore
 /// store those secrets rest in. One actor, so every change to an account is
 /// ordered; the store's blocking work runs on the I/O thread pool.
 public actor Broker {
-    private let store: any SecretStore
-    private let directory: AccountDirectory
-    private let keySource: KeySource?
-    private let logger: Logger
-    private var accounts: [String: Account] = [:]
+    let store: any SecretStore
+    let directory: AccountDirectory
+    let keySource: KeySource?
+    let oidc: OIDCClient
+    let clock: any WallClock
+    let logger: Logger
+    var accounts: [String: Account] = [:]
 
     struct Account {
         var configuration: AccountConfiguration
         var secrets = AccountSecrets()
         var needsReauth = false
+        /// Validated ID-token claims, from the last ID token the issuer sent.
+        var claims: JSONValue?
+        /// Access tokens by scope set.
+        var cache: [String: CachedToken] = [:]
+        /// The one refresh in flight per scope set; every caller awaits it.
+        var refreshing: [String: Task<Result<CachedToken, VaultError>, Never>] = [:]
+        var backoff = Backoff()
+        /// Bumped whenever secrets are replaced or dropped, so a refresh that
+        /// started before does not write back over them.
+        var generation = 0
+
+        var username: String? {
+            self.claims?["preferred_username"]?.stringValue ?? self.claims?["email"]?.stringValue
+        }
     }
 
     public init(
         store: any SecretStore,
         directory: AccountDirectory,
         keySource: KeySource?,
+        oidc: OIDCClient,
+        clock: any WallClock = SystemClock(),
         logger: Logger
     ) throws(VaultError) {
         self.store = store
         self.directory = directory
         self.keySource = keySource
+        self.oidc = oidc
+        self.clock = clock
         self.logger = logger
         for configuration in try directory.load() {
             self.accounts[configuration.name] = Account(configuration: configuration)
@@ -52,6 +73,7 @@ public actor Broker {
                 throw Self.wire(error)
             }
             self.accounts[name]?.secrets = secrets ?? AccountSecrets()
+            self.accounts[name]?.claims = secrets?.idToken.flatMap { IDTokenReader.claims(of: $0.unsafeString()) }
         }
         self.logger.info("secrets loaded", metadata: ["accounts": "\(self.accounts.count)"])
     }
@@ -70,6 +92,9 @@ public actor Broker {
                         name: account.configuration.name,
                         issuer: account.configuration.issuer,
                         signedIn: account.secrets.refreshToken != nil,
+                        username: account.username,
+                        accessTokenExpiresAt: account.cache[Self.scopeKey(account.configuration.scopes)]
+                            .map { Int64($0.expiresAt) },
                         needsReauth: account.needsReauth
                     )
                 }
@@ -126,7 +151,7 @@ public actor Broker {
     public func remove(_ name: String) async throws(VaultError) -> RemovalResult {
         guard self.accounts[name] != nil else { throw Self.unknownAccount(name) }
         var wiped = ["memory"]
-        self.accounts[name]?.secrets = AccountSecrets()
+        self.forgetSecrets(of: name)
         do {
             if try await self.store.remove(name) { wiped.append(self.store.backend.rawValue) }
         } catch {
@@ -140,7 +165,7 @@ public actor Broker {
 
     public func lock() async {
         await self.store.lock()
-        for name in self.accounts.keys { self.accounts[name]?.secrets = AccountSecrets() }
+        for name in self.accounts.keys { self.forgetSecrets(of: name) }
         self.logger.notice("vault locked; secrets dropped from memory")
     }
 
@@ -156,6 +181,18 @@ public actor Broker {
     }
 
     // MARK: Helpers
+
+    /// Drops an account's secrets and every token minted from them.
+    func forgetSecrets(of name: String) {
+        guard var account = self.accounts[name] else { return }
+        account.secrets = AccountSecrets()
+        account.cache = [:]
+        account.claims = nil
+        account.needsReauth = false
+        account.backoff = Backoff()
+        account.generation += 1
+        self.accounts[name] = account
+    }
 
     private var configurations: [AccountConfiguration] { self.accounts.values.map(\.configuration) }
 

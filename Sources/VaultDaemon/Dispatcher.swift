@@ -44,6 +44,12 @@ public struct Dispatcher: Sendable {
                 await self.broker.lock()
                 return EmptyResult()
             }
+        case .token(let token):
+            return self.later(id) { () throws(VaultError) in try await self.broker.token(token, for: peer) }
+        case .claims(let account):
+            return self.later(id) { () throws(VaultError) in try await self.broker.claims(account: account, for: peer) }
+        case .userinfo(let account):
+            return self.later(id) { () throws(VaultError) in try await self.broker.userinfo(account: account, for: peer) }
         case .unlock(let passphrase):
             return self.later(id) { () throws(VaultError) in
                 try await self.broker.unlock(passphrase: passphrase)

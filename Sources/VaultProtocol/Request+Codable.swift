@@ -3,7 +3,9 @@ import VaultCrypto
 
 extension Request: Decodable {
     private enum Key: String, CodingKey {
-        case id, op, name, passphrase
+        case id, op, name, passphrase, account, scope
+        case minTTL = "min_ttl"
+        case forceRefresh = "force_refresh"
         case clientSecret = "client_secret"
         case refreshToken = "refresh_token"
     }
@@ -33,6 +35,21 @@ extension Request: Decodable {
         case .lock: return .lock
         case .unlock: return .unlock(passphrase: try c.decodeSecretIfPresent(forKey: .passphrase))
         case .accountRemove: return .accountRemove(name: try c.decode(String.self, forKey: .name))
+        case .claims: return .claims(account: try c.decode(String.self, forKey: .account))
+        case .userinfo: return .userinfo(account: try c.decode(String.self, forKey: .account))
+        case .token:
+            let minTTL = try c.decodeIfPresent(Int.self, forKey: .minTTL) ?? TokenRequest.defaultMinTTL
+            guard (0...86_400).contains(minTTL) else {
+                throw VaultError(.badRequest, "'min_ttl' is a number of seconds from 0 to 86400")
+            }
+            return .token(
+                TokenRequest(
+                    account: try c.decode(String.self, forKey: .account),
+                    scopes: try Self.scopes(in: c),
+                    minTTL: minTTL,
+                    forceRefresh: try c.decodeIfPresent(Bool.self, forKey: .forceRefresh) ?? false
+                )
+            )
         case .accountAdd:
             return .accountAdd(
                 AccountAddition(
@@ -42,6 +59,21 @@ extension Request: Decodable {
                 )
             )
         }
+    }
+
+    /// `scope` as one space-separated string or a list of strings.
+    private static func scopes(in c: KeyedDecodingContainer<Key>) throws -> [String]? {
+        guard c.contains(.scope) else { return nil }
+        let scopes: [String]
+        if let list = try? c.decode([String].self, forKey: .scope) {
+            scopes = list
+        } else {
+            scopes = try c.decode(String.self, forKey: .scope).split(separator: " ").map(String.init)
+        }
+        guard !scopes.isEmpty, scopes.allSatisfy({ !$0.isEmpty && !$0.contains(" ") }) else {
+            throw VaultError(.badRequest, "'scope' is a non-empty list of scopes")
+        }
+        return scopes
     }
 
     /// Names the field, never its value: the value may be a secret.
@@ -84,6 +116,18 @@ extension Request: Encodable {
         case .accountRemove(let name):
             try c.encode(Op.accountRemove.rawValue, forKey: .op)
             try c.encode(name, forKey: .name)
+        case .claims(let account):
+            try c.encode(Op.claims.rawValue, forKey: .op)
+            try c.encode(account, forKey: .account)
+        case .userinfo(let account):
+            try c.encode(Op.userinfo.rawValue, forKey: .op)
+            try c.encode(account, forKey: .account)
+        case .token(let request):
+            try c.encode(Op.token.rawValue, forKey: .op)
+            try c.encode(request.account, forKey: .account)
+            try c.encodeIfPresent(request.scopes, forKey: .scope)
+            try c.encode(request.minTTL, forKey: .minTTL)
+            if request.forceRefresh { try c.encode(true, forKey: .forceRefresh) }
         case .accountAdd(let addition):
             try c.encode(Op.accountAdd.rawValue, forKey: .op)
             try addition.configuration.encode(to: encoder)

@@ -21,6 +21,9 @@ public enum Command: Sendable {
     case accountRemove(name: String)
     case lock
     case unlock(passphrase: SecretBytes?)
+    case token(TokenRequest)
+    case claims(account: String)
+    case userinfo(account: String)
 }
 
 /// `account.add`: the configuration plus the secrets that come with it.
@@ -44,4 +47,7 @@ public enum Op: String, CaseIterable, Sendable {
     case accountRemove = "account.remove"
     case lock
     case unlock
+    case token
+    case claims
+    case userinfo
 }

@@ -18,46 +18,15 @@ struct Account: ParsableCommand {
 
         @OptionGroup var connection: Connection
 
-        @Argument(help: "A short name for the account, like 'work'.")
-        var name: String
-
-        @Option(help: "The issuer URL (https, or http on loopback).")
-        var issuer: String
-
-        @Option(help: "The OAuth client id.")
-        var clientID: String
-
-        @Option(name: .customLong("scope"), help: "A scope to ask for; repeat for more.")
-        var scopes: [String] = ["openid", "offline_access"]
-
-        @Flag(help: "Read a client secret from the terminal (no echo) or stdin.")
-        var clientSecret = false
-
-        @Option(name: .customLong("allowed-client"), help: "An executable that may use this account; repeat for more.")
-        var allowedClients: [String] = []
-
-        @Flag(help: "Let allowed clients fetch the refresh token itself.")
-        var releaseRefreshToken = false
-
-        @Option(help: "A fixed loopback redirect URI, for issuers that match the port exactly.")
-        var redirectURI: String?
+        @OptionGroup var account: AccountOptions
 
         func run() throws {
-            let secret = self.clientSecret ? try Prompt.secret("client secret: ") : nil
-            let configuration = AccountConfiguration(
-                name: self.name,
-                issuer: self.issuer,
-                clientID: self.clientID,
-                scopes: self.scopes,
-                allowedClients: self.allowedClients,
-                releaseRefreshToken: self.releaseRefreshToken,
-                redirectURI: self.redirectURI
-            )
+            let secret = self.account.clientSecret ? try Prompt.secret("client secret: ") : nil
             try self.connection.run { (vault) throws(VaultError) in
-                let addition = AccountAddition(configuration: configuration, clientSecret: secret)
+                let addition = AccountAddition(configuration: self.account.configuration, clientSecret: secret)
                 let reply = try vault.send(.accountAdd(addition))
                 if self.connection.json { return self.connection.printJSON(reply) }
-                Output.line("added \(self.name) (\(self.issuer))")
+                Output.line("added \(self.account.name) (\(self.account.issuer))")
             }
         }
     }
@@ -106,5 +75,44 @@ struct Account: ParsableCommand {
                 Output.line("removed \(removal.account); secrets wiped from: \(removal.wiped.joined(separator: ", "))")
             }
         }
+    }
+}
+
+/// The options that describe an account, shared by `account add` and `import`.
+struct AccountOptions: ParsableArguments {
+    @Argument(help: "A short name for the account, like 'work'.")
+    var name: String
+
+    @Option(help: "The issuer URL (https, or http on loopback).")
+    var issuer: String
+
+    @Option(help: "The OAuth client id.")
+    var clientID: String
+
+    @Option(name: .customLong("scope"), help: "A scope to ask for; repeat for more.")
+    var scopes: [String] = ["openid", "offline_access"]
+
+    @Flag(help: "Also read a client secret from the terminal (no echo) or stdin.")
+    var clientSecret = false
+
+    @Option(name: .customLong("allowed-client"), help: "An executable that may use this account; repeat for more.")
+    var allowedClients: [String] = []
+
+    @Flag(help: "Let allowed clients fetch the refresh token itself.")
+    var releaseRefreshToken = false
+
+    @Option(help: "A fixed loopback redirect URI, for issuers that match the port exactly.")
+    var redirectURI: String?
+
+    var configuration: AccountConfiguration {
+        AccountConfiguration(
+            name: self.name,
+            issuer: self.issuer,
+            clientID: self.clientID,
+            scopes: self.scopes,
+            allowedClients: self.allowedClients,
+            releaseRefreshToken: self.releaseRefreshToken,
+            redirectURI: self.redirectURI
+        )
     }
 }

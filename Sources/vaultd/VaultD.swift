@@ -5,6 +5,7 @@ public import Logging
 import ServiceLifecycle
 import UnixSignals
 import VaultDaemon
+import VaultOIDC
 import VaultProtocol
 import VaultStore
 
@@ -89,6 +90,7 @@ struct VaultD: AsyncParsableCommand {
             store: store,
             directory: AccountDirectory(path: paths.accountsFile),
             keySource: keySource,
+            oidc: OIDCClient(logger: logger),
             logger: logger
         )
         try await broker.start()

@@ -3,6 +3,7 @@ import Glibc
 import Logging
 import NIOCore
 import VaultDaemon
+import VaultOIDC
 import VaultProtocol
 import VaultStore
 
@@ -39,10 +40,12 @@ struct InProcessVault {
     let broker: Broker
 
     static func start(
+        folder: String? = nil,
+        clock: any WallClock = SystemClock(),
         maximumConnections: Int = 4096,
         idleTimeout: TimeAmount = .minutes(10)
     ) async throws -> InProcessVault {
-        let folder = try temporaryFolder()
+        let folder = try folder ?? temporaryFolder()
         let paths = DaemonPaths(stateDirectory: folder + "/state", configDirectory: folder + "/config")
         let logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
         let store = try SealedFileStore(path: paths.vaultFile, keySource: .keyFile(paths.defaultKeyFile))
@@ -50,6 +53,8 @@ struct InProcessVault {
             store: store,
             directory: AccountDirectory(path: paths.accountsFile),
             keySource: .keyFile(paths.defaultKeyFile),
+            oidc: OIDCClient(logger: logger),
+            clock: clock,
             logger: logger
         )
         try await broker.start()
@@ -64,10 +69,115 @@ struct InProcessVault {
         return InProcessVault(folder: folder, socketPath: configuration.path, server: server, broker: broker)
     }
 
+    /// Stops serving; the files stay, so a new vault on the same folder is a restart.
     func stop() async {
         await self.server.close()
-        try? FileManager.default.removeItem(atPath: self.folder)
     }
+
+    var vaultFile: String { self.folder + "/state/vault.sealed" }
+    var keyFile: String { self.folder + "/state/vault.key" }
+}
+
+/// This test process as a peer, for calling the broker directly.
+let testPeer = Peer(pid: getpid(), uid: getuid(), gid: getgid(), executable: "/usr/bin/test-companion")
+
+/// A clock the test moves by hand.
+final class ManualClock: WallClock, @unchecked Sendable {
+    private let lock = NSLock()
+    private var seconds: Double
+
+    init(_ seconds: Double = 1_800_000_000) {
+        self.seconds = seconds
+    }
+
+    func now() -> Double {
+        self.lock.lock()
+        defer { self.lock.unlock() }
+        return self.seconds
+    }
+
+    func advance(by delta: Double) {
+        self.lock.lock()
+        self.seconds += delta
+        self.lock.unlock()
+    }
+}
+
+/// The package's root folder, for its scripts.
+let packageRoot: String = {
+    var path = #filePath
+    for _ in 0..<3 { path = FileSystem.directory(of: path) }
+    return path
+}()
+
+/// Glewlwyd, a third-party OpenID provider, started on 127.0.0.1 from
+/// scripts/glewlwyd with a fresh database for one test.
+struct Glewlwyd {
+    let folder: String
+    let env: [String: String]
+    var issuer: String { self.env["GLEWLWYD_ISSUER"] ?? "" }
+
+    static func start(accessTokenSeconds: Int = 3) async throws -> Glewlwyd {
+        let folder = try temporaryFolder()
+        let started = try await runTool(
+            packageRoot + "/scripts/glewlwyd/start.sh",
+            [folder],
+            environment: ["GLEWLWYD_ACCESS_TOKEN_SECONDS": String(accessTokenSeconds)]
+        )
+        guard started.status == 0 else { throw ToolFailure(message: "glewlwyd did not start: \(started.stderr)") }
+        var env: [String: String] = [:]
+        for line in try String(contentsOfFile: folder + "/env", encoding: .utf8).split(separator: "\n") {
+            guard let equals = line.firstIndex(of: "=") else { continue }
+            env[String(line[..<equals])] = String(line[line.index(after: equals)...]).trimmingCharacters(in: CharacterSet(charactersIn: "'"))
+        }
+        return Glewlwyd(folder: folder, env: env)
+    }
+
+    func stop() async {
+        _ = try? await runTool(packageRoot + "/scripts/glewlwyd/stop.sh", [self.folder])
+    }
+
+    /// Runs `body` with a fresh provider and stops it afterwards, whatever happens.
+    static func with(accessTokenSeconds: Int = 3, _ body: (Glewlwyd) async throws -> Void) async throws {
+        let provider = try await Glewlwyd.start(accessTokenSeconds: accessTokenSeconds)
+        do {
+            try await body(provider)
+        } catch {
+            await provider.stop()
+            throw error
+        }
+        await provider.stop()
+    }
+
+    /// Signs `ada` in headlessly and returns the token response.
+    func login(client: String, secret: String? = nil, grant: String = "code") async throws -> [String: Any] {
+        var arguments = [
+            "--issuer", self.issuer, "--client-id", client, "--grant", grant,
+            "--username", "ada", "--password", "correct horse",
+            "--scope", "openid offline_access profile email",
+        ]
+        if let secret { arguments += ["--client-secret", secret] }
+        let result = try await runTool(packageRoot + "/scripts/glewlwyd/login.py", arguments)
+        guard result.status == 0,
+            let object = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
+        else { throw ToolFailure(message: "login failed: \(result.stderr)") }
+        return object
+    }
+
+    /// Revokes a token at the provider (RFC 7009).
+    func revoke(_ token: String, client: String, secret: String) async throws {
+        let result = try await runTool(
+            packageRoot + "/scripts/glewlwyd/introspect.py",
+            ["--issuer", self.issuer, "--client-id", client, "--client-secret", secret, "--revoke"],
+            input: token
+        )
+        guard result.status == 0 else { throw ToolFailure(message: "revoke failed: \(result.stderr)") }
+    }
+}
+
+struct ToolFailure: Error, CustomStringConvertible {
+    var message: String
+    var description: String { self.message }
 }
 
 /// A raw line client: writes bytes, reads lines, with a receive deadline so
@@ -222,37 +332,97 @@ func runTool(
     return try result.get()
 }
 
+/// posix_spawn and waitpid, not Foundation's Process: its waitUntilExit spun
+/// forever here when several tests ran tools at once.
 private func blockingRunTool(
     _ name: String,
     _ arguments: [String],
     input: String,
     environment: [String: String]
 ) throws -> ToolResult {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: name.hasPrefix("/") ? name : productsDirectory + "/" + name)
-    process.arguments = arguments
+    let path = name.hasPrefix("/") ? name : productsDirectory + "/" + name
     var env = ProcessInfo.processInfo.environment
     env.merge(environment) { _, new in new }
-    process.environment = env
-    let stdin = Pipe()
-    let stdout = Pipe()
-    let stderr = Pipe()
-    for pipe in [stdin, stdout, stderr] {
-        _ = fcntl(pipe.fileHandleForWriting.fileDescriptor, F_SETFD, FD_CLOEXEC)
-        _ = fcntl(pipe.fileHandleForReading.fileDescriptor, F_SETFD, FD_CLOEXEC)
+    var stdin: [Int32] = [0, 0]
+    var stdout: [Int32] = [0, 0]
+    var stderr: [Int32] = [0, 0]
+    // Socket pairs rather than pipes: SOCK_CLOEXEC makes them close-on-exec
+    // atomically, so no child spawned meanwhile by another test inherits them.
+    let kind = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
+    guard socketpair(AF_UNIX, kind, 0, &stdin) == 0, socketpair(AF_UNIX, kind, 0, &stdout) == 0,
+        socketpair(AF_UNIX, kind, 0, &stderr) == 0
+    else {
+        throw ToolFailure(message: "socketpair failed")
     }
-    process.standardInput = stdin
-    process.standardOutput = stdout
-    process.standardError = stderr
-    try process.run()
-    stdin.fileHandleForWriting.write(Data(input.utf8))
-    try stdin.fileHandleForWriting.close()
-    let out = stdout.fileHandleForReading.readDataToEndOfFile()
-    let err = stderr.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_adddup2(&actions, stdin[0], 0)
+    posix_spawn_file_actions_adddup2(&actions, stdout[1], 1)
+    posix_spawn_file_actions_adddup2(&actions, stderr[1], 2)
+    let argv = ([path] + arguments).map { strdup($0) } + [nil]
+    let envp = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
+    defer {
+        argv.forEach { free($0) }
+        envp.forEach { free($0) }
+    }
+    var pid: pid_t = 0
+    let status = posix_spawn(&pid, path, &actions, nil, argv, envp)
+    close(stdin[0])
+    close(stdout[1])
+    close(stderr[1])
+    guard status == 0 else {
+        close(stdin[1])
+        close(stdout[0])
+        close(stderr[0])
+        throw ToolFailure(message: "cannot run \(path): \(String(cString: strerror(status)))")
+    }
+    let bytes = Array(input.utf8)
+    _ = bytes.withUnsafeBytes { write(stdin[1], $0.baseAddress, $0.count) }
+    close(stdin[1])
+    let group = DispatchGroup()
+    let out = Collected()
+    let err = Collected()
+    for (fd, sink) in [(stdout[0], out), (stderr[0], err)] {
+        group.enter()
+        DispatchQueue.global().async {
+            var data = Data()
+            var chunk = [UInt8](repeating: 0, count: 65536)
+            while true {
+                let n = read(fd, &chunk, chunk.count)
+                if n < 0 && errno == EINTR { continue }
+                if n <= 0 { break }
+                data.append(contentsOf: chunk[0..<n])
+            }
+            close(fd)
+            sink.set(data)
+            group.leave()
+        }
+    }
+    group.wait()
+    var exit: Int32 = 0
+    while waitpid(pid, &exit, 0) < 0 && errno == EINTR {}
+    let code = (exit & 0x7F) == 0 ? (exit >> 8) & 0xFF : 128 + (exit & 0x7F)
     return ToolResult(
-        status: process.terminationStatus,
-        stdout: String(decoding: out, as: UTF8.self),
-        stderr: String(decoding: err, as: UTF8.self)
+        status: code,
+        stdout: String(decoding: out.get(), as: UTF8.self),
+        stderr: String(decoding: err.get(), as: UTF8.self)
     )
+}
+
+private final class Collected: @unchecked Sendable {
+    private let lock = NSLock()
+    private var data = Data()
+
+    func set(_ data: Data) {
+        self.lock.lock()
+        self.data = data
+        self.lock.unlock()
+    }
+
+    func get() -> Data {
+        self.lock.lock()
+        defer { self.lock.unlock() }
+        return self.data
+    }
 }

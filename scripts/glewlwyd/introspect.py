@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""RFC 7662 introspection against the test Glewlwyd.
+"""RFC 7662 introspection (or, with --revoke, RFC 7009 revocation) against the test Glewlwyd.
 
   echo "$TOKEN" | introspect.py --issuer URL --client-id ID --client-secret S \
                                 [--hint access_token|refresh_token]
@@ -26,19 +26,25 @@ def main():
     ap.add_argument("--client-id", required=True)
     ap.add_argument("--client-secret", required=True)
     ap.add_argument("--hint", choices=("access_token", "refresh_token"))
+    ap.add_argument("--revoke", action="store_true", help="revoke the token (RFC 7009) instead of introspecting it")
     args = ap.parse_args()
     token = sys.stdin.read().strip()
     if not token:
         die("no token on stdin", 2)
     s = Session()
     disco = discovery(args.issuer, s)
-    endpoint = disco.get("introspection_endpoint")
+    endpoint = disco.get("revocation_endpoint" if args.revoke else "introspection_endpoint")
     if not endpoint:
-        die("discovery has no introspection_endpoint")
+        die("discovery has no %s endpoint" % ("revocation" if args.revoke else "introspection"))
     form = {"token": token}
     if args.hint:
         form["token_type_hint"] = args.hint
     status, _, body = s.request("POST", endpoint, form=form, basic=(args.client_id, args.client_secret))
+    if args.revoke:
+        if status != 200:
+            die("revocation answered HTTP %s" % status)
+        print(json.dumps({"revoked": True}))
+        return
     doc = parse_json(body)
     if status != 200 or not isinstance(doc, dict):
         die("introspection answered HTTP %s %s" % (status, body.decode(errors="replace")[:300] or "(empty body)"))

@@ -1,0 +1,266 @@
+import Logging
+import VaultCrypto
+import VaultOIDC
+public import VaultProtocol
+import VaultStore
+
+/// An access token in memory, with the wall-clock second it expires.
+struct CachedToken: Sendable {
+    var accessToken: SecretBytes
+    var expiresAt: Double
+    var scope: String
+}
+
+/// Capped, jittered exponential backoff after the issuer could not be reached.
+struct Backoff: Sendable {
+    var failures = 0
+    /// No refresh is tried before this wall-clock second.
+    var notBefore: Double = 0
+
+    static let base: Double = 1
+    static let cap: Double = 60
+
+    mutating func fail(now: Double, retryAfter: Int?) {
+        self.failures += 1
+        let exponential = min(Self.cap, Self.base * Double(1 << min(self.failures - 1, 10)))
+        let jittered = exponential * Double.random(in: 0.5...1.0)
+        self.notBefore = now + max(jittered, Double(min(retryAfter ?? 0, 3600)))
+    }
+}
+
+extension Broker {
+    /// Lifetime assumed when the issuer sends no `expires_in`.
+    static let assumedLifetime: Double = 300
+
+    /// `token`: from memory when the cached token lives at least `minTTL` more
+    /// seconds, else from exactly one refresh per account and scope set.
+    public func token(_ request: TokenRequest, for peer: Peer) async throws(VaultError) -> TokenResult {
+        let name = request.account
+        guard let account = self.accounts[name] else { throw Self.unknownAccount(name) }
+        try Self.checkAllowed(account.configuration, peer: peer)
+        let scopes = request.scopes ?? account.configuration.scopes
+        let key = Self.scopeKey(scopes)
+        let now = self.clock.now()
+        if !request.forceRefresh, let cached = account.cache[key], cached.expiresAt - now >= Double(request.minTTL) {
+            return Self.result(cached, now: now)
+        }
+        try self.checkSignedIn(name)
+        if let wait = self.accounts[name].map({ $0.backoff.notBefore - now }), wait > 0 {
+            if let cached = account.cache[key], cached.expiresAt > now { return Self.result(cached, now: now) }
+            throw Self.unavailable(name, reason: "the last attempt failed", retryAfter: wait)
+        }
+        let refresh: Task<Result<CachedToken, VaultError>, Never>
+        if let running = self.accounts[name]?.refreshing[key] {
+            refresh = running
+        } else {
+            let scopeParameter = request.scopes == nil ? nil : scopes.joined(separator: " ")
+            refresh = Task { await self.refresh(name, key: key, scope: scopeParameter) }
+            self.accounts[name]?.refreshing[key] = refresh
+        }
+        let outcome = await refresh.value
+        // Actor reentrancy: the account may have changed while we waited; re-read it.
+        if self.accounts[name]?.refreshing[key] == refresh { self.accounts[name]?.refreshing[key] = nil }
+        let later = self.clock.now()
+        switch outcome {
+        case .success(let token):
+            return Self.result(token, now: later)
+        case .failure(let error) where error.code == .idpUnavailable:
+            if let cached = self.accounts[name]?.cache[key], cached.expiresAt > later {
+                return Self.result(cached, now: later)
+            }
+            throw error
+        case .failure(let error):
+            throw error
+        }
+    }
+
+    /// How many callers wait on a refresh now (tests wait on this, not on time).
+    public func refreshesInFlight(account: String) -> Int {
+        self.accounts[account]?.refreshing.count ?? 0
+    }
+
+    /// `claims`: the account's last validated ID token.
+    public func claims(account name: String, for peer: Peer) throws(VaultError) -> ClaimsResult {
+        guard let account = self.accounts[name] else { throw Self.unknownAccount(name) }
+        try Self.checkAllowed(account.configuration, peer: peer)
+        try self.checkSignedIn(name)
+        guard let claims = account.claims else {
+            throw VaultError(.notSignedIn, "the issuer has sent no ID token for '\(name)' yet; ask for a token first")
+        }
+        return ClaimsResult(claims: claims)
+    }
+
+    /// `userinfo`: the issuer's userinfo, fetched with a fresh access token.
+    public func userinfo(account name: String, for peer: Peer) async throws(VaultError) -> UserinfoResult {
+        let token = try await self.token(TokenRequest(account: name), for: peer)
+        guard let configuration = self.accounts[name]?.configuration else { throw Self.unknownAccount(name) }
+        do {
+            let metadata = try await self.oidc.metadata(for: configuration.issuer, now: self.clock.now())
+            return UserinfoResult(userinfo: try await self.oidc.userinfo(accessToken: token.accessToken, metadata: metadata))
+        } catch {
+            throw Self.wire(error, account: name)
+        }
+    }
+
+    // MARK: The refresh
+
+    /// One refresh against the issuer. The rotated refresh token is written to
+    /// the store before anyone sees the new access token; a refresh token that
+    /// may have been spent is never sent again from here (no retry loop).
+    private func refresh(_ name: String, key: String, scope: String?) async -> Result<CachedToken, VaultError> {
+        guard let account = self.accounts[name], let refreshToken = account.secrets.refreshToken else {
+            return .failure(VaultError(.notSignedIn, "'\(name)' is not signed in; sign in with: vaultctl signin \(name)"))
+        }
+        let generation = account.generation
+        let configuration = account.configuration
+        let client = ClientCredentials(clientID: configuration.clientID, secret: account.secrets.clientSecret)
+        let response: TokenResponse
+        let metadata: ProviderMetadata
+        do {
+            metadata = try await self.oidc.metadata(for: configuration.issuer, now: self.clock.now())
+            response = try await self.oidc.refresh(refreshToken, scope: scope, client: client, metadata: metadata)
+        } catch {
+            return .failure(self.failed(name, generation: generation, error))
+        }
+        guard self.accounts[name]?.generation == generation else {
+            return .failure(VaultError(.notSignedIn, "'\(name)' was signed out while its token was refreshed"))
+        }
+        let now = self.clock.now()
+        var secrets = self.accounts[name]?.secrets ?? AccountSecrets()
+        if let rotated = response.refreshToken, rotated != refreshToken {
+            secrets.refreshToken = rotated
+            if let idToken = response.idToken { secrets.idToken = idToken }
+            // Memory follows the issuer at once: the old token is spent either way.
+            self.accounts[name]?.secrets = secrets
+            do {
+                try await self.store.save(secrets, for: name)
+            } catch {
+                self.logger.error("rotated refresh token not saved", metadata: ["account": "\(name)", "reason": "\(error.message)"])
+                return .failure(
+                    VaultError(
+                        .internalError,
+                        "the issuer rotated the refresh token for '\(name)' but writing it failed: \(error.message)"
+                    )
+                )
+            }
+        }
+        if let idToken = response.idToken {
+            do {
+                let claims = try await self.oidc.validateIDToken(
+                    idToken,
+                    clientID: configuration.clientID,
+                    nonce: nil,
+                    metadata: metadata,
+                    now: now
+                )
+                self.accounts[name]?.claims = claims
+                if self.accounts[name]?.secrets.idToken == nil {
+                    self.accounts[name]?.secrets.idToken = idToken
+                }
+            } catch {
+                self.logger.warning("ID token refused", metadata: ["account": "\(name)", "reason": "\(error)"])
+                return .failure(Self.wire(error, account: name))
+            }
+        }
+        let token = CachedToken(
+            accessToken: response.accessToken,
+            expiresAt: now + Double(response.expiresIn ?? Int(Self.assumedLifetime)),
+            scope: response.scope ?? scope ?? configuration.scopes.joined(separator: " ")
+        )
+        self.accounts[name]?.cache[key] = token
+        self.accounts[name]?.backoff = Backoff()
+        self.logger.info(
+            "token refreshed",
+            metadata: ["account": "\(name)", "rotated": "\(response.refreshToken != nil)", "expires_in": "\(response.expiresIn ?? -1)"]
+        )
+        return .success(token)
+    }
+
+    private func failed(_ name: String, generation: Int, _ error: ProviderError) -> VaultError {
+        guard self.accounts[name]?.generation == generation else { return Self.wire(error, account: name) }
+        switch error {
+        case .invalidGrant:
+            self.accounts[name]?.needsReauth = true
+            self.accounts[name]?.cache = [:]
+            self.logger.notice("refresh token rejected; sign-in needed", metadata: ["account": "\(name)"])
+        case .unavailable(let reason, let retryAfter):
+            self.accounts[name]?.backoff.fail(now: self.clock.now(), retryAfter: retryAfter)
+            self.logger.notice("issuer unavailable", metadata: ["account": "\(name)", "reason": "\(reason)"])
+        case .rejected, .untrusted:
+            self.logger.warning("issuer refused", metadata: ["account": "\(name)", "reason": "\(error)"])
+        }
+        var wire = Self.wire(error, account: name)
+        if wire.code == .idpUnavailable, let notBefore = self.accounts[name]?.backoff.notBefore {
+            wire.retryAfterMs = max(0, Int((notBefore - self.clock.now()) * 1000))
+        }
+        return wire
+    }
+
+    // MARK: Rules
+
+    private func checkSignedIn(_ name: String) throws(VaultError) {
+        guard let account = self.accounts[name] else { throw Self.unknownAccount(name) }
+        if self.store.isLocked { throw Self.lockedError }
+        if account.needsReauth {
+            throw VaultError(
+                .reauthRequired,
+                "the issuer rejected the refresh token for '\(name)'; sign in again with: vaultctl signin \(name)"
+            )
+        }
+        guard account.secrets.refreshToken != nil else {
+            throw VaultError(.notSignedIn, "'\(name)' is not signed in; sign in with: vaultctl signin \(name)")
+        }
+    }
+
+    static func checkAllowed(_ configuration: AccountConfiguration, peer: Peer) throws(VaultError) {
+        guard !configuration.allowedClients.isEmpty else { return }
+        guard let exe = peer.executable, configuration.allowedClients.contains(exe) else {
+            throw VaultError(.forbidden, "this program may not use '\(configuration.name)'; see its allowed_clients")
+        }
+    }
+
+    static func scopeKey(_ scopes: [String]) -> String {
+        Set(scopes).sorted().joined(separator: " ")
+    }
+
+    static func result(_ token: CachedToken, now: Double) -> TokenResult {
+        TokenResult(
+            accessToken: token.accessToken,
+            tokenType: "Bearer",
+            expiresAt: Int64(token.expiresAt),
+            expiresIn: max(0, Int64(token.expiresAt - now)),
+            scope: token.scope
+        )
+    }
+
+    static func unavailable(_ name: String, reason: String, retryAfter: Double) -> VaultError {
+        VaultError(
+            .idpUnavailable,
+            "the issuer of '\(name)' cannot be reached (\(reason)); try again in \(Int(retryAfter.rounded(.up))) s",
+            retryAfterMs: Int(retryAfter * 1000)
+        )
+    }
+
+    /// The one place issuer errors become wire errors.
+    static func wire(_ error: ProviderError, account name: String) -> VaultError {
+        switch error {
+        case .invalidGrant:
+            VaultError(
+                .reauthRequired,
+                "the issuer rejected the refresh token for '\(name)'; sign in again with: vaultctl signin \(name)"
+            )
+        case .unavailable(let reason, let retryAfter):
+            Self.unavailable(name, reason: reason, retryAfter: Double(retryAfter ?? 1))
+        case .rejected(let error, let description):
+            VaultError(
+                .idpError,
+                "the issuer of '\(name)' refused: \(error)",
+                error: error,
+                errorDescription: description
+            )
+        case .untrusted(let reason):
+            VaultError(.idpError, "the issuer of '\(name)' sent an answer tokenvault does not trust: \(reason)", error: "untrusted_response")
+        }
+    }
+}
+

@@ -1,0 +1,42 @@
+public import VaultCrypto
+
+/// A successful answer from the token endpoint, tokens already in guarded memory.
+public struct TokenResponse: Sendable {
+    public var accessToken: SecretBytes
+    /// `Bearer` however the issuer spelled it.
+    public var tokenType: String
+    /// Seconds; nil when the issuer did not say.
+    public var expiresIn: Int?
+    /// Present when the issuer rotated the refresh token.
+    public var refreshToken: SecretBytes?
+    public var idToken: SecretBytes?
+    /// The granted scope, when the issuer said.
+    public var scope: String?
+
+    public init(
+        accessToken: SecretBytes,
+        tokenType: String = "Bearer",
+        expiresIn: Int? = nil,
+        refreshToken: SecretBytes? = nil,
+        idToken: SecretBytes? = nil,
+        scope: String? = nil
+    ) {
+        self.accessToken = accessToken
+        self.tokenType = tokenType
+        self.expiresIn = expiresIn
+        self.refreshToken = refreshToken
+        self.idToken = idToken
+        self.scope = scope
+    }
+}
+
+/// The client as the issuer knows it.
+public struct ClientCredentials: Sendable {
+    public var clientID: String
+    public var secret: SecretBytes?
+
+    public init(clientID: String, secret: SecretBytes?) {
+        self.clientID = clientID
+        self.secret = secret
+    }
+}

@@ -1,0 +1,142 @@
+import ArgumentParser
+import FoundationEssentials
+import VaultClient
+import VaultCrypto
+import VaultProtocol
+
+struct Token: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print an access token for an account, and nothing else.",
+        discussion: "For scripts: curl -H \"Authorization: Bearer $(vaultctl token work)\" ..."
+    )
+
+    @OptionGroup var connection: Connection
+
+    @Argument(help: "The account.")
+    var account: String
+
+    @Option(name: .customLong("scope"), help: "A scope to ask for (default: the account's); repeat for more.")
+    var scopes: [String] = []
+
+    @Option(help: "Refresh unless the token lives at least this many more seconds.")
+    var minTTL: Int = TokenRequest.defaultMinTTL
+
+    @Flag(help: "Refresh even when the cached token would do.")
+    var forceRefresh = false
+
+    @Flag(help: "Print 'Authorization: Bearer TOKEN' instead of the bare token.")
+    var header = false
+
+    func validate() throws {
+        guard (0...86_400).contains(self.minTTL) else { throw ValidationError("--min-ttl is 0 to 86400 seconds") }
+    }
+
+    func run() throws {
+        let request = TokenRequest(
+            account: self.account,
+            scopes: self.scopes.isEmpty ? nil : self.scopes,
+            minTTL: self.minTTL,
+            forceRefresh: self.forceRefresh
+        )
+        try self.connection.run { (vault) throws(VaultError) in
+            let reply = try vault.send(.token(request))
+            if self.connection.json { return self.connection.printJSON(reply) }
+            let token: TokenResult
+            do {
+                token = try LineCodec.payload(TokenResult.self, of: reply)
+            } catch {
+                throw VaultError(.internalError, "vaultd sent a token reply this vaultctl cannot read")
+            }
+            Output.line((self.header ? "Authorization: Bearer " : "") + token.accessToken.unsafeString())
+        }
+    }
+}
+
+struct Import: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Add an account with a refresh token you already have.",
+        discussion: """
+            The refresh token is read from the terminal (no echo) or the first line of stdin, never \
+            from the command line; with --client-secret the secret follows on the next line.
+            """
+    )
+
+    @OptionGroup var connection: Connection
+    @OptionGroup var account: AccountOptions
+
+    func run() throws {
+        let refreshToken = try Prompt.secret("refresh token: ")
+        let secret = self.account.clientSecret ? try Prompt.secret("client secret: ") : nil
+        try self.connection.run { (vault) throws(VaultError) in
+            let addition = AccountAddition(
+                configuration: self.account.configuration,
+                clientSecret: secret,
+                refreshToken: refreshToken
+            )
+            let reply = try vault.send(.accountAdd(addition))
+            if self.connection.json { return self.connection.printJSON(reply) }
+            Output.line("imported \(self.account.name) (\(self.account.issuer)); try: vaultctl token \(self.account.name)")
+        }
+    }
+}
+
+struct Claims: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Show the claims of the account's validated ID token.")
+
+    @OptionGroup var connection: Connection
+
+    @Argument(help: "The account.")
+    var account: String
+
+    func run() throws {
+        try self.connection.run { (vault) throws(VaultError) in
+            let reply = try vault.send(.claims(account: self.account))
+            if self.connection.json { return self.connection.printJSON(reply) }
+            Output.json(try Output.field(ClaimsResult.self, of: reply).claims)
+        }
+    }
+}
+
+struct Userinfo: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Fetch the issuer's userinfo for the account.")
+
+    @OptionGroup var connection: Connection
+
+    @Argument(help: "The account.")
+    var account: String
+
+    func run() throws {
+        try self.connection.run { (vault) throws(VaultError) in
+            let reply = try vault.send(.userinfo(account: self.account))
+            if self.connection.json { return self.connection.printJSON(reply) }
+            Output.json(try Output.field(UserinfoResult.self, of: reply).userinfo)
+        }
+    }
+}
+
+extension Output {
+    static func field<P: ResultPayload>(_ type: P.Type, of reply: Data) throws(VaultError) -> P {
+        do {
+            return try LineCodec.payload(P.self, of: reply)
+        } catch {
+            throw VaultError(.internalError, "vaultd sent a reply this vaultctl cannot read")
+        }
+    }
+
+    /// One `key: value` line per top-level field, for people.
+    static func json(_ value: JSONValue) {
+        guard case .object(let object) = value else { return }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        for key in object.keys.sorted() {
+            guard let field = object[key] else { continue }
+            let text: String
+            if case .string(let string) = field {
+                text = string
+            } else {
+                text = (try? encoder.encode(field)).map { String(decoding: $0, as: UTF8.self) } ?? ""
+            }
+            Output.line("\(key): \(text)")
+        }
+    }
+}
