@@ -57,7 +57,9 @@ extension Broker {
             refresh = Task { await self.refresh(name, key: key, scope: scopeParameter) }
             self.accounts[name]?.refreshing[key] = refresh
         }
+        self.accounts[name]?.waiting += 1
         let outcome = await refresh.value
+        self.accounts[name]?.waiting -= 1
         // Actor reentrancy: the account may have changed while we waited; re-read it.
         if self.accounts[name]?.refreshing[key] == refresh { self.accounts[name]?.refreshing[key] = nil }
         let later = self.clock.now()
@@ -74,9 +76,10 @@ extension Broker {
         }
     }
 
-    /// How many callers wait on a refresh now (tests wait on this, not on time).
-    public func refreshesInFlight(account: String) -> Int {
-        self.accounts[account]?.refreshing.count ?? 0
+    /// How many callers wait on a refresh of `account` now; tests wait on
+    /// this condition instead of on time.
+    public func waitingCallers(account: String) -> Int {
+        self.accounts[account]?.waiting ?? 0
     }
 
     /// `claims`: the account's last validated ID token.

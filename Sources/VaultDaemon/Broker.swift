@@ -27,6 +27,8 @@ public actor Broker {
         /// The one refresh in flight per scope set; every caller awaits it.
         var refreshing: [String: Task<Result<CachedToken, VaultError>, Never>] = [:]
         var backoff = Backoff()
+        /// Callers awaiting a refresh of this account.
+        var waiting = 0
         /// Bumped whenever secrets are replaced or dropped, so a refresh that
         /// started before does not write back over them.
         var generation = 0

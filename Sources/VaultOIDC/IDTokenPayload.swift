@@ -20,9 +20,18 @@ struct IDTokenPayload: JWTPayload {
 /// that were validated when they arrived and were kept sealed since.
 public enum IDTokenReader {
     public static func claims(of token: String) -> JSONValue? {
+        Self.segment(1, of: token)
+    }
+
+    /// The JOSE header (`alg`, `kid`), unverified.
+    public static func header(of token: String) -> JSONValue? {
+        Self.segment(0, of: token)
+    }
+
+    private static func segment(_ index: Int, of token: String) -> JSONValue? {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3 else { return nil }
-        var base64 = String(parts[1].map { $0 == "-" ? "+" : $0 == "_" ? "/" : $0 })
+        var base64 = String(parts[index].map { $0 == "-" ? "+" : $0 == "_" ? "/" : $0 })
         while base64.count % 4 != 0 { base64 += "=" }
         guard let data = Data(base64Encoded: base64) else { return nil }
         return try? JSONDecoder().decode(JSONValue.self, from: data)

@@ -30,7 +30,14 @@ public actor OIDCClient {
     private let configuration: Configuration
     private let logger: Logger
     private var discovered: [String: (metadata: ProviderMetadata, fetchedAt: Double)] = [:]
-    private var keySets: [String: JWTKeyCollection] = [:]
+    private var keySets: [String: KeySet] = [:]
+
+    /// An issuer's signing keys, and their `kid`s: jwt-kit falls back to a
+    /// default key for an unknown `kid`, so the lookup is done here.
+    private struct KeySet {
+        var keys: JWTKeyCollection
+        var kids: Set<String>
+    }
 
     public init(http: HTTPClient = .shared, configuration: Configuration = Configuration(), logger: Logger) {
         self.http = http
@@ -152,17 +159,19 @@ public actor OIDCClient {
         now: Double
     ) async throws(ProviderError) -> JSONValue {
         let token = idToken.unsafeString()
+        var keySet = try await self.keySet(for: metadata, refetch: false)
+        if let kid = IDTokenReader.header(of: token)?["kid"]?.stringValue, !keySet.kids.contains(kid) {
+            // A key the issuer rotated in since the last fetch: fetch once more.
+            keySet = try await self.keySet(for: metadata, refetch: true)
+            guard keySet.kids.contains(kid) else {
+                throw .untrusted(reason: "the ID token is signed with a key the issuer does not publish")
+            }
+        }
         let payload: IDTokenPayload
         do {
-            payload = try await self.verify(token, metadata: metadata, refetch: false)
-        } catch .unknownKey {
-            do {
-                payload = try await self.verify(token, metadata: metadata, refetch: true)
-            } catch {
-                throw .untrusted(reason: error.reason)
-            }
+            payload = try await keySet.keys.verify(token, as: IDTokenPayload.self)
         } catch {
-            throw .untrusted(reason: error.reason)
+            throw .untrusted(reason: "the ID token's signature does not verify")
         }
         guard payload.iss.value == metadata.issuer else {
             throw .untrusted(reason: "the ID token names another issuer")
@@ -188,36 +197,8 @@ public actor OIDCClient {
         return claims
     }
 
-    private enum VerifyFailure: Error {
-        case unknownKey
-        case invalid(String)
-
-        var reason: String {
-            switch self {
-            case .unknownKey: "the ID token is signed with a key the issuer does not publish"
-            case .invalid(let reason): reason
-            }
-        }
-    }
-
-    private func verify(_ token: String, metadata: ProviderMetadata, refetch: Bool) async throws(VerifyFailure) -> IDTokenPayload {
-        let keys: JWTKeyCollection
-        do {
-            keys = try await self.keys(for: metadata, refetch: refetch)
-        } catch {
-            throw .invalid("the issuer's signing keys could not be fetched")
-        }
-        do {
-            return try await keys.verify(token, as: IDTokenPayload.self)
-        } catch let error as JWTError where error.errorType == .unknownKID {
-            throw .unknownKey
-        } catch {
-            throw .invalid("the ID token's signature does not verify")
-        }
-    }
-
-    private func keys(for metadata: ProviderMetadata, refetch: Bool) async throws(ProviderError) -> JWTKeyCollection {
-        if !refetch, let keys = self.keySets[metadata.issuer] { return keys }
+    private func keySet(for metadata: ProviderMetadata, refetch: Bool) async throws(ProviderError) -> KeySet {
+        if !refetch, let keySet = self.keySets[metadata.issuer] { return keySet }
         guard let uri = metadata.jwksURI else {
             throw .untrusted(reason: "the issuer publishes no signing keys (jwks_uri)")
         }
@@ -225,18 +206,19 @@ public actor OIDCClient {
         guard reply.status == 200 else {
             throw .unavailable(reason: "the JWKS answered HTTP \(reply.status)", retryAfterSeconds: nil)
         }
-        let keys = JWTKeyCollection()
+        var keySet = KeySet(keys: JWTKeyCollection(), kids: [])
         do {
             let jwks = try JSONDecoder().decode(JWKS.self, from: Data(reply.body))
             for jwk in jwks.keys {
                 // A key this library cannot use (another algorithm, encryption) is skipped, not fatal.
-                _ = try? await keys.add(jwk: jwk)
+                guard let kid = jwk.keyIdentifier, (try? await keySet.keys.add(jwk: jwk)) != nil else { continue }
+                keySet.kids.insert(kid.string)
             }
         } catch {
             throw .unavailable(reason: "the JWKS is not valid", retryAfterSeconds: nil)
         }
-        self.keySets[metadata.issuer] = keys
-        return keys
+        self.keySets[metadata.issuer] = keySet
+        return keySet
     }
 
     // MARK: HTTP

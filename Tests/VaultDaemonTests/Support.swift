@@ -86,7 +86,8 @@ final class ManualClock: WallClock, @unchecked Sendable {
     private let lock = NSLock()
     private var seconds: Double
 
-    init(_ seconds: Double = 1_800_000_000) {
+    /// Starts at the real time, so tokens signed by a test issuer are current.
+    init(_ seconds: Double = Date().timeIntervalSince1970) {
         self.seconds = seconds
     }
 

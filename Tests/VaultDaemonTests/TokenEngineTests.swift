@@ -1,0 +1,242 @@
+import Foundation
+import Testing
+import VaultCrypto
+import VaultDaemon
+import VaultProtocol
+import VaultStore
+import VaultTestIssuer
+
+/// The broker against the project's own test issuer, for what a real
+/// provider will not do on demand: hold requests, fail, lie.
+@Suite(.timeLimit(.minutes(1)))
+struct TokenEngineTests {
+    struct Setup {
+        let issuer: TestIssuer
+        let vault: InProcessVault
+        let clock: ManualClock
+        var broker: Broker { self.vault.broker }
+    }
+
+    func setUp(
+        lifetime: Int = 100,
+        rotate: Bool = false,
+        confidential: Bool = false,
+        accountIssuer: String? = nil,
+        allowedClients: [String] = []
+    ) async throws -> Setup {
+        let issuer = try await TestIssuer.start(accessTokenLifetime: lifetime, rotateRefreshTokens: rotate)
+        let clock = ManualClock()
+        let vault = try await InProcessVault.start(clock: clock)
+        let configuration = AccountConfiguration(
+            name: "work",
+            issuer: accountIssuer ?? issuer.issuer,
+            clientID: confidential ? TestIssuer.confidentialClientID : TestIssuer.clientID,
+            scopes: ["openid", "profile", "email", "offline_access"],
+            allowedClients: allowedClients
+        )
+        _ = try await vault.broker.add(
+            AccountAddition(
+                configuration: configuration,
+                clientSecret: confidential ? try SecretBytes(utf8: TestIssuer.clientSecret) : nil,
+                refreshToken: try SecretBytes(utf8: issuer.mintRefreshToken())
+            )
+        )
+        return Setup(issuer: issuer, vault: vault, clock: clock)
+    }
+
+    func token(_ setup: Setup, minTTL: Int = 60, force: Bool = false, scopes: [String]? = nil) async throws -> TokenResult {
+        try await setup.broker.token(
+            TokenRequest(account: "work", scopes: scopes, minTTL: minTTL, forceRefresh: force),
+            for: testPeer
+        )
+    }
+
+    func code(_ setup: Setup, minTTL: Int = 60, force: Bool = false) async -> VaultError? {
+        do {
+            _ = try await self.token(setup, minTTL: minTTL, force: force)
+            return nil
+        } catch let error as VaultError {
+            return error
+        } catch {
+            return VaultError(.internalError, "\(type(of: error))")
+        }
+    }
+
+    @Test func fiftyCallersAfterExpiryCauseExactlyOneRefresh() async throws {
+        let setup = try await self.setUp()
+        setup.issuer.setTokenBehaviour(.gate)
+        try await withThrowingTaskGroup(of: String.self) { group in
+            for _ in 0..<50 {
+                group.addTask { try await self.token(setup).accessToken.unsafeString() }
+            }
+            let deadline = Date().addingTimeInterval(30)
+            while await setup.broker.waitingCallers(account: "work") < 50 && Date() < deadline {
+                await Task.yield()
+            }
+            #expect(await setup.broker.waitingCallers(account: "work") == 50)
+            setup.issuer.openGate()
+            var tokens: Set<String> = []
+            for try await token in group { tokens.insert(token) }
+            #expect(tokens.count == 1, "every caller got the one refreshed token")
+        }
+        #expect(setup.issuer.refreshCount == 1)
+        for _ in 0..<100 { _ = try await self.token(setup) }
+        #expect(setup.issuer.refreshCount == 1, "cached tokens are served from memory")
+    }
+
+    @Test func minTTLDecidesWhenToRefresh() async throws {
+        let setup = try await self.setUp(lifetime: 100)
+        let first = try await self.token(setup)
+        #expect(first.expiresIn == 100)
+        setup.clock.advance(by: 50)
+        let cached = try await self.token(setup, minTTL: 10)
+        #expect(cached.accessToken == first.accessToken)
+        #expect(cached.expiresIn == 50)
+        #expect(setup.issuer.refreshCount == 1)
+        let fresh = try await self.token(setup, minTTL: 60)
+        #expect(fresh.accessToken != first.accessToken)
+        #expect(setup.issuer.refreshCount == 2)
+        _ = try await self.token(setup, minTTL: 0, force: true)
+        #expect(setup.issuer.refreshCount == 3)
+    }
+
+    @Test func aHangingIssuerDoesNotStallAnotherAccount() async throws {
+        let hanging = try await self.setUp()
+        hanging.issuer.setTokenBehaviour(.hang)
+        let other = try await TestIssuer.start()
+        let configuration = AccountConfiguration(name: "home", issuer: other.issuer, clientID: TestIssuer.clientID, scopes: ["openid"])
+        _ = try await hanging.broker.add(
+            AccountAddition(configuration: configuration, refreshToken: try SecretBytes(utf8: other.mintRefreshToken()))
+        )
+        let stuck = Task { try? await self.token(hanging) }
+        let deadline = Date().addingTimeInterval(30)
+        while await hanging.broker.waitingCallers(account: "work") < 1 && Date() < deadline { await Task.yield() }
+        let home = try await hanging.broker.token(TokenRequest(account: "home"), for: testPeer)
+        #expect(!home.accessToken.unsafeString().isEmpty)
+        #expect(await hanging.broker.waitingCallers(account: "work") == 1, "work is still waiting on its issuer")
+        stuck.cancel()
+    }
+
+    @Test(arguments: [TokenBehaviour.invalidGrant, .emptyBody400])
+    func aRejectedRefreshTokenMeansReauthRequired(behaviour: TokenBehaviour) async throws {
+        let setup = try await self.setUp()
+        setup.issuer.setTokenBehaviour(behaviour)
+        #expect(await self.code(setup)?.code == .reauthRequired)
+        #expect(await setup.broker.status().accounts.first?.needsReauth == true)
+        #expect(await self.code(setup)?.code == .reauthRequired)
+        #expect(setup.issuer.refreshCount == 1, "no second try with a dead refresh token")
+    }
+
+    @Test(arguments: [
+        TokenBehaviour.status(503, body: ""), .status(500, body: "oops"), .malformedJSON, .temporarilyUnavailable,
+        .resetConnection,
+    ])
+    func anUnavailableIssuerBacksOffAndACachedTokenKeepsServing(behaviour: TokenBehaviour) async throws {
+        let setup = try await self.setUp(lifetime: 100)
+        let first = try await self.token(setup)
+        setup.clock.advance(by: 50)
+        setup.issuer.setTokenBehaviour(behaviour)
+        let served = try await self.token(setup)
+        #expect(served.accessToken == first.accessToken, "the still-valid token is served while the issuer fails")
+        #expect(setup.issuer.refreshCount == 2)
+        _ = try await self.token(setup)
+        #expect(setup.issuer.refreshCount == 2, "no refresh during the backoff")
+        setup.clock.advance(by: 60)
+        let error = try #require(await self.code(setup))
+        #expect(error.code == .idpUnavailable)
+        #expect((error.retryAfterMs ?? 0) > 0)
+        setup.issuer.setTokenBehaviour(.normal)
+        // The issuer signs with the real clock; keep its ID token current for the moved one.
+        setup.issuer.setAccessTokenLifetime(1000)
+        setup.clock.advance(by: 61)
+        let healed = try await self.token(setup)
+        #expect(healed.accessToken != first.accessToken)
+    }
+
+    @Test func retryAfterIsHonoured() async throws {
+        let setup = try await self.setUp()
+        setup.issuer.setTokenBehaviour(.tooManyRequests(retryAfterSeconds: 30))
+        let error = try #require(await self.code(setup))
+        #expect(error.code == .idpUnavailable)
+        #expect((29_000...30_000).contains(error.retryAfterMs ?? 0))
+    }
+
+    @Test func aRotatedRefreshTokenIsStoredBeforeTheAnswer() async throws {
+        let setup = try await self.setUp(rotate: true)
+        _ = try await self.token(setup)
+        let store = try SealedFileStore(path: setup.vault.vaultFile, keySource: .keyFile(setup.vault.keyFile))
+        let stored = try #require(try await store.load("work")?.refreshToken)
+        #expect(setup.issuer.isRefreshTokenActive(stored.unsafeString()))
+        _ = try await self.token(setup, force: true)
+        let reread = try SealedFileStore(path: setup.vault.vaultFile, keySource: .keyFile(setup.vault.keyFile))
+        let again = try #require(try await reread.load("work")?.refreshToken)
+        #expect(again != stored)
+        #expect(setup.issuer.isRefreshTokenActive(again.unsafeString()))
+    }
+
+    @Test func realWorldResponsesAreAccepted() async throws {
+        let setup = try await self.setUp(confidential: true)
+        setup.issuer.setTokenTypeSpelling("bearer")
+        setup.issuer.setIncludeExpiresIn(false)
+        let token = try await self.token(setup)
+        #expect(token.tokenType == "Bearer")
+        #expect(token.expiresIn == 300, "a missing expires_in is taken as 5 minutes")
+        #expect(setup.issuer.lastClientAuthentication == "basic")
+        let claims = try await setup.broker.claims(account: "work", for: testPeer)
+        #expect(claims.claims["preferred_username"]?.stringValue == "ada")
+        #expect(await setup.broker.status().accounts.first?.username == "ada")
+    }
+
+    @Test func aNarrowerScopeIsItsOwnToken() async throws {
+        let setup = try await self.setUp()
+        let full = try await self.token(setup)
+        let narrow = try await self.token(setup, scopes: ["openid"])
+        #expect(setup.issuer.lastRequestedScope == "openid")
+        #expect(narrow.scope == "openid")
+        #expect(narrow.accessToken != full.accessToken)
+        #expect(try await self.token(setup, scopes: ["openid"]).accessToken == narrow.accessToken)
+    }
+
+    @Test func idTokensThatLieAreRefused() async throws {
+        let setup = try await self.setUp()
+        setup.issuer.setIDTokenOverrides(issuer: "https://evil.example")
+        #expect(await self.code(setup, force: true)?.code == .idpError)
+        setup.issuer.setIDTokenOverrides(audience: "someone-else")
+        #expect(await self.code(setup, force: true)?.code == .idpError)
+        setup.issuer.setIDTokenOverrides(signWithUnknownKey: true)
+        #expect(await self.code(setup, force: true)?.code == .idpError)
+        setup.issuer.setIDTokenOverrides()
+        _ = try await self.token(setup, force: true)
+        let fetches = setup.issuer.jwksFetchCount
+        setup.issuer.rotateSigningKey()
+        _ = try await self.token(setup, force: true)
+        #expect(setup.issuer.jwksFetchCount == fetches + 1, "an unknown kid fetches the JWKS again, once")
+    }
+
+    @Test func aDiscoveryDocumentNamingAnotherIssuerIsRefused() async throws {
+        let setup = try await self.setUp()
+        let lying = try await self.setUp(accountIssuer: setup.issuer.issuer + "/")
+        #expect(await self.code(lying)?.code == .idpError)
+    }
+
+    @Test func callersOutsideAllowedClientsAreForbidden() async throws {
+        let setup = try await self.setUp(allowedClients: ["/usr/bin/only-this"])
+        #expect(await self.code(setup)?.code == .forbidden)
+        #expect(setup.issuer.refreshCount == 0)
+    }
+
+    @Test func unknownAndUnsignedAccounts() async throws {
+        let setup = try await self.setUp()
+        await #expect(throws: VaultError.self) {
+            try await setup.broker.token(TokenRequest(account: "nobody"), for: testPeer)
+        }
+        let bare = AccountConfiguration(name: "bare", issuer: setup.issuer.issuer, clientID: TestIssuer.clientID, scopes: [])
+        _ = try await setup.broker.add(AccountAddition(configuration: bare))
+        do {
+            _ = try await setup.broker.token(TokenRequest(account: "bare"), for: testPeer)
+            Issue.record("an account without a refresh token served a token")
+        } catch {
+            #expect(error.code == .notSignedIn)
+        }
+    }
+}
