@@ -124,6 +124,11 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        .executableTarget(
+            name: "vaultbench",
+            dependencies: ["VaultTestIssuer"],
+            path: "Benchmarks/vaultbench"
+        ),
         .testTarget(name: "VaultCryptoTests", dependencies: ["VaultCrypto"]),
         .testTarget(name: "VaultStoreTests", dependencies: ["VaultStore", "VaultCrypto"]),
         .testTarget(name: "VaultProtocolTests", dependencies: ["VaultProtocol", "VaultCrypto"]),

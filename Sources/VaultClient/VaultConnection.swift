@@ -11,7 +11,7 @@ public import VaultProtocol
 /// ```
 public final class VaultConnection {
     public let path: String
-    private let fd: Int32
+    private var fd: Int32
     private var buffer: [UInt8] = []
     private var nextID: Int64 = 1
     /// Replies longer than this are refused rather than buffered without bound.
@@ -53,7 +53,15 @@ public final class VaultConnection {
         self.fd = fd
     }
 
-    deinit { close(self.fd) }
+    deinit {
+        if self.fd >= 0 { close(self.fd) }
+    }
+
+    /// Hands the socket to another owner (the async client).
+    func detach() -> Int32 {
+        defer { self.fd = -1 }
+        return self.fd
+    }
 
     /// Sends `command` and returns the reply line: the raw JSON for `--json`,
     /// after checking that it succeeded.

@@ -4,13 +4,6 @@ import VaultOIDC
 public import VaultProtocol
 import VaultStore
 
-/// An access token in memory, with the wall-clock second it expires.
-struct CachedToken: Sendable {
-    var accessToken: SecretBytes
-    var expiresAt: Double
-    var scope: String
-}
-
 /// Capped, jittered exponential backoff after the issuer could not be reached.
 struct Backoff: Sendable {
     var failures = 0
@@ -39,14 +32,15 @@ extension Broker {
         guard let account = self.accounts[name] else { throw Self.unknownAccount(name) }
         try Self.checkAllowed(account.configuration, peer: peer)
         let scopes = request.scopes ?? account.configuration.scopes
-        let key = Self.scopeKey(scopes)
+        let key = TokenCache.key(scopes)
         let now = self.clock.now()
-        if !request.forceRefresh, let cached = account.cache[key], cached.expiresAt - now >= Double(request.minTTL) {
-            return Self.result(cached, now: now)
+        let cachedToken = self.cache.token(account: name, key: key)
+        if !request.forceRefresh, let cached = cachedToken, cached.expiresAt - now >= Double(request.minTTL) {
+            return cached.result(now: now)
         }
         try self.checkSignedIn(name)
         if let wait = self.accounts[name].map({ $0.backoff.notBefore - now }), wait > 0 {
-            if let cached = account.cache[key], cached.expiresAt > now { return Self.result(cached, now: now) }
+            if let cached = cachedToken, cached.expiresAt > now { return cached.result(now: now) }
             throw Self.unavailable(name, reason: "the last attempt failed", retryAfter: wait)
         }
         let refresh: Task<Result<CachedToken, VaultError>, Never>
@@ -65,10 +59,10 @@ extension Broker {
         let later = self.clock.now()
         switch outcome {
         case .success(let token):
-            return Self.result(token, now: later)
+            return token.result(now: later)
         case .failure(let error) where error.code == .idpUnavailable:
-            if let cached = self.accounts[name]?.cache[key], cached.expiresAt > later {
-                return Self.result(cached, now: later)
+            if let cached = self.cache.token(account: name, key: key), cached.expiresAt > later {
+                return cached.result(now: later)
             }
             throw error
         case .failure(let error):
@@ -170,7 +164,7 @@ extension Broker {
             expiresAt: now + Double(response.expiresIn ?? Int(Self.assumedLifetime)),
             scope: response.scope ?? scope ?? configuration.scopes.joined(separator: " ")
         )
-        self.accounts[name]?.cache[key] = token
+        self.cache.store(token, account: name, key: key)
         self.accounts[name]?.backoff = Backoff()
         self.logger.info(
             "token refreshed",
@@ -184,7 +178,7 @@ extension Broker {
         switch error {
         case .invalidGrant:
             self.accounts[name]?.needsReauth = true
-            self.accounts[name]?.cache = [:]
+            self.cache.clearTokens(account: name)
             self.logger.notice("refresh token rejected; sign-in needed", metadata: ["account": "\(name)"])
         case .unavailable(let reason, let retryAfter):
             self.accounts[name]?.backoff.fail(now: self.clock.now(), retryAfter: retryAfter)
@@ -218,22 +212,12 @@ extension Broker {
     static func checkAllowed(_ configuration: AccountConfiguration, peer: Peer) throws(VaultError) {
         guard !configuration.allowedClients.isEmpty else { return }
         guard let exe = peer.executable, configuration.allowedClients.contains(exe) else {
-            throw VaultError(.forbidden, "this program may not use '\(configuration.name)'; see its allowed_clients")
+            throw Self.forbidden(configuration.name)
         }
     }
 
-    static func scopeKey(_ scopes: [String]) -> String {
-        Set(scopes).sorted().joined(separator: " ")
-    }
-
-    static func result(_ token: CachedToken, now: Double) -> TokenResult {
-        TokenResult(
-            accessToken: token.accessToken,
-            tokenType: "Bearer",
-            expiresAt: Int64(token.expiresAt),
-            expiresIn: max(0, Int64(token.expiresAt - now)),
-            scope: token.scope
-        )
+    static func forbidden(_ name: String) -> VaultError {
+        VaultError(.forbidden, "this program may not use '\(name)'; see its allowed_clients")
     }
 
     static func unavailable(_ name: String, reason: String, retryAfter: Double) -> VaultError {

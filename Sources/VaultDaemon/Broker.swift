@@ -15,6 +15,8 @@ public actor Broker {
     let clock: any WallClock
     let logger: Logger
     var accounts: [String: Account] = [:]
+    /// Access tokens, readable from the event loops without this actor.
+    public nonisolated let cache = TokenCache()
 
     struct Account {
         var configuration: AccountConfiguration
@@ -22,8 +24,6 @@ public actor Broker {
         var needsReauth = false
         /// Validated ID-token claims, from the last ID token the issuer sent.
         var claims: JSONValue?
-        /// Access tokens by scope set.
-        var cache: [String: CachedToken] = [:]
         /// The one refresh in flight per scope set; every caller awaits it.
         var refreshing: [String: Task<Result<CachedToken, VaultError>, Never>] = [:]
         var backoff = Backoff()
@@ -54,6 +54,7 @@ public actor Broker {
         self.logger = logger
         for configuration in try directory.load() {
             self.accounts[configuration.name] = Account(configuration: configuration)
+            self.cache.configure(configuration)
         }
     }
 
@@ -95,7 +96,7 @@ public actor Broker {
                         issuer: account.configuration.issuer,
                         signedIn: account.secrets.refreshToken != nil,
                         username: account.username,
-                        accessTokenExpiresAt: account.cache[Self.scopeKey(account.configuration.scopes)]
+                        accessTokenExpiresAt: self.cache.token(account: account.configuration.name, key: nil)
                             .map { Int64($0.expiresAt) },
                         needsReauth: account.needsReauth
                     )
@@ -135,6 +136,7 @@ public actor Broker {
             throw error
         }
         self.accounts[name]?.secrets = secrets
+        self.cache.configure(configuration)
         self.logger.info(
             "account added",
             metadata: [
@@ -160,6 +162,7 @@ public actor Broker {
             throw Self.wire(error)
         }
         self.accounts[name] = nil
+        self.cache.remove(account: name)
         try await self.directory.save(self.configurations)
         self.logger.info("account removed", metadata: ["account": "\(name)", "wiped": "\(wiped)"])
         return RemovalResult(account: name, wiped: wiped)
@@ -188,12 +191,12 @@ public actor Broker {
     func forgetSecrets(of name: String) {
         guard var account = self.accounts[name] else { return }
         account.secrets = AccountSecrets()
-        account.cache = [:]
         account.claims = nil
         account.needsReauth = false
         account.backoff = Backoff()
         account.generation += 1
         self.accounts[name] = account
+        self.cache.clearTokens(account: name)
     }
 
     private var configurations: [AccountConfiguration] { self.accounts.values.map(\.configuration) }

@@ -13,10 +13,12 @@ public struct Dispatcher: Sendable {
     }
 
     let broker: Broker
+    let clock: any WallClock
     let logger: Logger
 
-    public init(broker: Broker, logger: Logger) {
+    public init(broker: Broker, clock: any WallClock = SystemClock(), logger: Logger) {
         self.broker = broker
+        self.clock = clock
         self.logger = logger
     }
 
@@ -43,6 +45,22 @@ public struct Dispatcher: Sendable {
             return self.later(id) { () throws(VaultError) in
                 await self.broker.lock()
                 return EmptyResult()
+            }
+        case .token(let token) where !token.forceRefresh:
+            // The hot path: a cached token is answered here, on the event loop.
+            switch self.broker.cache.lookup(
+                account: token.account,
+                scopes: token.scopes,
+                minTTL: token.minTTL,
+                peer: peer,
+                now: self.clock.now()
+            ) {
+            case .hit(let result):
+                return .ready(Response(id: id, result))
+            case .forbidden:
+                return .ready(Response(id: id, error: Broker.forbidden(token.account)))
+            case .miss:
+                return self.later(id) { () throws(VaultError) in try await self.broker.token(token, for: peer) }
             }
         case .token(let token):
             return self.later(id) { () throws(VaultError) in try await self.broker.token(token, for: peer) }

@@ -63,7 +63,7 @@ struct InProcessVault {
         configuration.idleTimeout = idleTimeout
         let server = try await SocketServer.start(
             configuration,
-            dispatcher: Dispatcher(broker: broker, logger: logger),
+            dispatcher: Dispatcher(broker: broker, clock: clock, logger: logger),
             logger: logger
         )
         return InProcessVault(folder: folder, socketPath: configuration.path, server: server, broker: broker)

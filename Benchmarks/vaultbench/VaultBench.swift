@@ -1,0 +1,256 @@
+// vaultbench: starts a release vaultd against the project's test issuer on
+// 127.0.0.1 and measures what a companion meets. Run:
+//   swift run -c release vaultbench
+import Foundation
+import Glibc
+import VaultTestIssuer
+
+@main
+struct VaultBench {
+    static func main() async throws {
+        let bin = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent().path
+        let folder = "/tmp/vb-\(getpid())"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let socket = folder + "/v.sock"
+
+        let issuer = try await TestIssuer.start(accessTokenLifetime: 3600)
+        let burstIssuer = try await TestIssuer.start(accessTokenLifetime: 3600)
+        let rotatingIssuer = try await TestIssuer.start(accessTokenLifetime: 3600, rotateRefreshTokens: true)
+        let hangingIssuer = try await TestIssuer.start(accessTokenLifetime: 3600)
+
+        let daemon = Process()
+        daemon.executableURL = URL(fileURLWithPath: bin + "/vaultd")
+        daemon.arguments = ["--socket", socket, "--log-level", "warning"]
+        var env = ProcessInfo.processInfo.environment
+        env["XDG_STATE_HOME"] = folder + "/state"
+        env["XDG_CONFIG_HOME"] = folder + "/config"
+        daemon.environment = env
+        try daemon.run()
+        defer { daemon.terminate() }
+        let client = try Client.connect(socket, deadline: 10)
+
+        func add(_ name: String, _ issuer: TestIssuer) throws {
+            let line = #"{"id":1,"op":"account.add","name":"\#(name)","issuer":"\#(issuer.issuer)","client_id":"\#(TestIssuer.clientID)","scopes":["openid","offline_access"],"refresh_token":"\#(issuer.mintRefreshToken())"}"#
+            guard try client.call(line).contains(#""ok":true"#) else { throw BenchError("account.add \(name) failed") }
+        }
+        try add("bench", issuer)
+        try add("burst", burstIssuer)
+        try add("rotating", rotatingIssuer)
+        try add("plain", burstIssuer)
+        try add("hanging", hangingIssuer)
+        let tokenLine = #"{"id":1,"op":"token","account":"bench"}"#
+        _ = try client.call(tokenLine)
+
+        var rows: [(String, String)] = []
+
+        // 1. Cached-token latency, one client.
+        for _ in 0..<2_000 { _ = try client.call(tokenLine) }
+        var samples: [Double] = []
+        for _ in 0..<20_000 {
+            let start = Clock.now()
+            _ = try client.call(tokenLine)
+            samples.append(Clock.now() - start)
+        }
+        rows.append(("cached token, 1 client: median / p99", "\(us(percentile(samples, 0.5))) / \(us(percentile(samples, 0.99)))"))
+
+        // 2. Throughput with 8 and 64 clients.
+        for clients in [8, 64] {
+            let (rate, errors) = try throughput(socket: socket, clients: clients, line: tokenLine, seconds: 3)
+            rows.append(("cached token, \(clients) clients", "\(Int(rate)) requests/s, \(errors) errors"))
+        }
+
+        // 3. 50 clients right after expiry: how many refreshes reach the issuer, how long they wait.
+        _ = try client.call(#"{"id":1,"op":"token","account":"burst"}"#)
+        let before = burstIssuer.refreshCount
+        burstIssuer.setTokenBehaviour(.delay(milliseconds: 20))
+        let burst = try concurrent(socket: socket, clients: 50, line: #"{"id":1,"op":"token","account":"burst","min_ttl":7200}"#)
+        burstIssuer.setTokenBehaviour(.normal)
+        rows.append((
+            "50 clients after expiry (issuer answers in 20 ms)",
+            "\(burstIssuer.refreshCount - before) refresh, wait median \(ms(percentile(burst, 0.5))) / max \(ms(burst.max() ?? 0))"
+        ))
+
+        // 4. Rotation write-back: forced refreshes with and without a rotated token to store.
+        var plain: [Double] = []
+        var rotating: [Double] = []
+        for _ in 0..<100 {
+            plain.append(try timed(client, #"{"id":1,"op":"token","account":"plain","force_refresh":true}"#))
+            rotating.append(try timed(client, #"{"id":1,"op":"token","account":"rotating","force_refresh":true}"#))
+        }
+        rows.append((
+            "forced refresh, median: no rotation / rotation (durable write)",
+            "\(ms(percentile(plain, 0.5))) / \(ms(percentile(rotating, 0.5))) (write-back \(ms(percentile(rotating, 0.5) - percentile(plain, 0.5))))"
+        ))
+
+        // 5. Account B while account A's issuer hangs.
+        hangingIssuer.setTokenBehaviour(.hang)
+        let stuck = try Client.connect(socket, deadline: 5)
+        try stuck.send(#"{"id":1,"op":"token","account":"hanging","force_refresh":true}"#)
+        var during: [Double] = []
+        for _ in 0..<5_000 { during.append(try timed(client, tokenLine)) }
+        rows.append(("cached token for B while A's issuer hangs: median / p99", "\(us(percentile(during, 0.5))) / \(us(percentile(during, 0.99)))"))
+
+        // 6. Idle memory.
+        let rss = (try? String(contentsOfFile: "/proc/\(daemon.processIdentifier)/status", encoding: .utf8))?
+            .split(separator: "\n").first { $0.hasPrefix("VmRSS") }.map { String($0.dropFirst(6)).trimmingCharacters(in: .whitespaces) } ?? "?"
+        rows.append(("vaultd RSS after the runs above", rss))
+
+        // 7. vaultctl token, whole process.
+        var cli: [Double] = []
+        for _ in 0..<200 {
+            let start = Clock.now()
+            try spawnAndWait(bin + "/vaultctl", ["token", "bench", "--socket", socket])
+            cli.append(Clock.now() - start)
+        }
+        rows.append(("vaultctl token, whole process: median / p99", "\(ms(percentile(cli, 0.5))) / \(ms(percentile(cli, 0.99)))"))
+
+        print("| measure | result |\n|---|---|")
+        for (name, value) in rows { print("| \(name) | \(value) |") }
+        await issuer.stop()
+        await burstIssuer.stop()
+        await rotatingIssuer.stop()
+        hangingIssuer.setTokenBehaviour(.normal)
+        await hangingIssuer.stop()
+    }
+}
+
+struct BenchError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+enum Clock {
+    static func now() -> Double {
+        var spec = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &spec)
+        return Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
+    }
+}
+
+func percentile(_ values: [Double], _ p: Double) -> Double {
+    guard !values.isEmpty else { return 0 }
+    let sorted = values.sorted()
+    return sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
+}
+
+func us(_ seconds: Double) -> String { String(format: "%.1f µs", seconds * 1e6) }
+func ms(_ seconds: Double) -> String { String(format: "%.2f ms", seconds * 1e3) }
+
+func timed(_ client: Client, _ line: String) throws -> Double {
+    let start = Clock.now()
+    _ = try client.call(line)
+    return Clock.now() - start
+}
+
+/// `clients` connections, each a thread asking in a closed loop for `seconds`.
+func throughput(socket: String, clients: Int, line: String, seconds: Double) throws -> (Double, Int) {
+    let connections = try (0..<clients).map { _ in try Client.connect(socket, deadline: 5) }
+    let counts = Slots<Int>(count: clients * 2, initial: 0)
+    let end = Clock.now() + seconds
+    let start = Clock.now()
+    DispatchQueue.concurrentPerform(iterations: clients) { index in
+        let client = connections[index]
+        while Clock.now() < end {
+            if let reply = try? client.call(line), reply.contains(#""ok":true"#) {
+                counts.buffer[index * 2] += 1
+            } else {
+                counts.buffer[index * 2 + 1] += 1
+            }
+        }
+    }
+    let elapsed = Clock.now() - start
+    let ok = (0..<clients).reduce(0) { $0 + counts.buffer[$1 * 2] }
+    let errors = (0..<clients).reduce(0) { $0 + counts.buffer[$1 * 2 + 1] }
+    return (Double(ok) / elapsed, errors)
+}
+
+/// `clients` connections sending one request at the same moment; each one's wait.
+func concurrent(socket: String, clients: Int, line: String) throws -> [Double] {
+    let connections = try (0..<clients).map { _ in try Client.connect(socket, deadline: 5) }
+    let waits = Slots<Double>(count: clients, initial: 0)
+    DispatchQueue.concurrentPerform(iterations: clients) { index in
+        let start = Clock.now()
+        _ = try? connections[index].call(line)
+        waits.buffer[index] = Clock.now() - start
+    }
+    return Array(waits.buffer)
+}
+
+func spawnAndWait(_ path: String, _ arguments: [String]) throws {
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+    let argv = ([path] + arguments).map { strdup($0) } + [nil]
+    defer { argv.forEach { free($0) } }
+    var pid: pid_t = 0
+    guard posix_spawn(&pid, path, &actions, nil, argv, environ) == 0 else { throw BenchError("cannot run \(path)") }
+    var status: Int32 = 0
+    waitpid(pid, &status, 0)
+}
+
+/// A blocking line client on one connection.
+final class Client: @unchecked Sendable {
+    let fd: Int32
+    private var buffer = [UInt8](repeating: 0, count: 1 << 16)
+    private var pending: [UInt8] = []
+
+    static func connect(_ path: String, deadline seconds: Double) throws -> Client {
+        let end = Clock.now() + seconds
+        while true {
+            if let client = try? Client(path) { return client }
+            guard Clock.now() < end else { throw BenchError("vaultd did not start listening on \(path)") }
+            usleep(10_000)
+        }
+    }
+
+    init(_ path: String) throws {
+        self.fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8)) }
+        let status = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(self.fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard status == 0 else {
+            close(self.fd)
+            throw BenchError("connect failed")
+        }
+    }
+
+    deinit { close(self.fd) }
+
+    func send(_ line: String) throws {
+        let bytes = Array((line + "\n").utf8)
+        guard bytes.withUnsafeBytes({ Glibc.send(self.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == bytes.count else {
+            throw BenchError("send failed")
+        }
+    }
+
+    func call(_ line: String) throws -> String {
+        try self.send(line)
+        while true {
+            if let newline = self.pending.firstIndex(of: 0x0A) {
+                let reply = String(decoding: self.pending[..<newline], as: UTF8.self)
+                self.pending.removeSubrange(...newline)
+                return reply
+            }
+            let n = recv(self.fd, &self.buffer, self.buffer.count, 0)
+            guard n > 0 else { throw BenchError("connection closed") }
+            self.pending.append(contentsOf: self.buffer[0..<n])
+        }
+    }
+}
+
+/// One slot per thread; each thread writes only its own.
+final class Slots<T>: @unchecked Sendable {
+    let buffer: UnsafeMutableBufferPointer<T>
+
+    init(count: Int, initial: T) {
+        self.buffer = .allocate(capacity: count)
+        self.buffer.initialize(repeating: initial)
+    }
+
+    deinit { self.buffer.deallocate() }
+}

@@ -1,0 +1,154 @@
+public import FoundationEssentials
+import Dispatch
+import Glibc
+import Synchronization
+public import VaultProtocol
+
+/// An async client for companion programs: many requests in flight on one
+/// connection, each answered by id, errors as `VaultError` values.
+///
+/// ```swift
+/// let vault = try await VaultClient.connect()
+/// let token = try await vault.token("work")
+/// request.headers.add(name: "Authorization", value: "Bearer " + token.accessToken.unsafeString())
+/// ```
+///
+/// One background reader per connection routes replies to their callers.
+public final class VaultClient: Sendable {
+    private let fd: Int32
+    private let state = Mutex(State())
+
+    private struct State {
+        var nextID: Int64 = 1
+        var waiting: [Int64: CheckedContinuation<Data, any Error>] = [:]
+        var closed: VaultError?
+    }
+
+    /// Connects to `path`, else `TOKENVAULT_SOCKET`, else the XDG default.
+    public static func connect(path: String? = nil) async throws(VaultError) -> VaultClient {
+        let connection = try VaultConnection(path: try TokenVault.socketPath(explicit: path))
+        return VaultClient(fd: connection.detach())
+    }
+
+    private init(fd: Int32) {
+        self.fd = fd
+        DispatchQueue(label: "tokenvault.client.reader").async { [self] in self.readLoop() }
+    }
+
+    deinit {
+        Glibc.close(self.fd)
+    }
+
+    /// Ends the connection; requests in flight fail with `unavailable`.
+    public func close() {
+        shutdown(self.fd, Int32(SHUT_RDWR))
+    }
+
+    /// Sends `command`; returns the reply line once vaultd answers it.
+    public func send(_ command: Command) async throws(VaultError) -> Data {
+        let id = self.state.withLock { state -> Int64 in
+            defer { state.nextID += 1 }
+            return state.nextID
+        }
+        var line: Data
+        do {
+            line = try LineCodec.line(for: Request(id: .number(id), command: command))
+        } catch {
+            throw VaultError(.internalError, "could not encode the request")
+        }
+        line.append(0x0A)
+        defer { line.resetBytes(in: 0..<line.count) }
+        do {
+            return try await withCheckedThrowingContinuation { continuation in
+                let refused = self.state.withLock { state -> VaultError? in
+                    if let closed = state.closed { return closed }
+                    state.waiting[id] = continuation
+                    return nil
+                }
+                if let refused {
+                    continuation.resume(throwing: refused)
+                } else if !self.write(line) {
+                    self.fail(id, VaultError(.unavailable, "lost the connection to vaultd"))
+                }
+            }
+        } catch let error as VaultError {
+            throw error
+        } catch {
+            throw VaultError(.internalError, "\(type(of: error))")
+        }
+    }
+
+    /// Sends `command` and decodes its result.
+    public func call<P: ResultPayload>(_ command: Command, as type: P.Type) async throws(VaultError) -> P {
+        let reply = try await self.send(command)
+        do {
+            return try LineCodec.payload(P.self, of: reply)
+        } catch {
+            throw VaultError(.internalError, "vaultd sent a reply this client cannot read")
+        }
+    }
+
+    /// An access token for `account`.
+    public func token(
+        _ account: String,
+        scopes: [String]? = nil,
+        minTTL: Int = TokenRequest.defaultMinTTL
+    ) async throws(VaultError) -> TokenResult {
+        try await self.call(.token(TokenRequest(account: account, scopes: scopes, minTTL: minTTL)), as: TokenResult.self)
+    }
+
+    private func write(_ data: Data) -> Bool {
+        // One writer at a time, so lines never interleave.
+        self.state.withLock { _ in
+            data.withUnsafeBytes { raw in
+                var offset = 0
+                while offset < raw.count {
+                    let n = Glibc.send(self.fd, raw.baseAddress?.advanced(by: offset), raw.count - offset, Int32(MSG_NOSIGNAL))
+                    if n < 0 && errno == EINTR { continue }
+                    if n <= 0 { return false }
+                    offset += n
+                }
+                return true
+            }
+        }
+    }
+
+    private func fail(_ id: Int64, _ error: VaultError) {
+        let continuation = self.state.withLock { $0.waiting.removeValue(forKey: id) }
+        continuation?.resume(throwing: error)
+    }
+
+    private func readLoop() {
+        var pending: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let n = recv(self.fd, &chunk, chunk.count, 0)
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { break }
+            pending.append(contentsOf: chunk[0..<n])
+            while let newline = pending.firstIndex(of: 0x0A) {
+                self.deliver(Data(pending[..<newline]))
+                pending.removeSubrange(...newline)
+            }
+        }
+        let closed = VaultError(.unavailable, "vaultd closed the connection")
+        let waiting = self.state.withLock { state -> [CheckedContinuation<Data, any Error>] in
+            state.closed = closed
+            defer { state.waiting = [:] }
+            return Array(state.waiting.values)
+        }
+        for continuation in waiting { continuation.resume(throwing: closed) }
+    }
+
+    private func deliver(_ line: Data) {
+        guard let head = try? LineCodec.head(of: line), head.event == nil, case .number(let id) = head.id else {
+            return
+        }
+        guard let continuation = self.state.withLock({ $0.waiting.removeValue(forKey: id) }) else { return }
+        if let error = head.error {
+            continuation.resume(throwing: error)
+        } else {
+            continuation.resume(returning: line)
+        }
+    }
+}
