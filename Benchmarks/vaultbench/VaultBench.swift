@@ -149,31 +149,47 @@ func throughput(socket: String, clients: Int, line: String, seconds: Double) thr
     let counts = Slots<Int>(count: clients * 2, initial: 0)
     let end = Clock.now() + seconds
     let start = Clock.now()
-    DispatchQueue.concurrentPerform(iterations: clients) { index in
+    // One real thread per client: concurrentPerform would run only as many
+    // at once as there are cores.
+    let done = DispatchGroup()
+    for index in 0..<clients {
+        done.enter()
         let client = connections[index]
-        while Clock.now() < end {
-            if let reply = try? client.call(line), reply.contains(#""ok":true"#) {
-                counts.buffer[index * 2] += 1
-            } else {
-                counts.buffer[index * 2 + 1] += 1
+        Thread {
+            while Clock.now() < end {
+                if let reply = try? client.call(line), reply.contains(#""ok":true"#) {
+                    counts.buffer[index * 2] += 1
+                } else {
+                    counts.buffer[index * 2 + 1] += 1
+                }
             }
-        }
+            done.leave()
+        }.start()
     }
+    done.wait()
     let elapsed = Clock.now() - start
     let ok = (0..<clients).reduce(0) { $0 + counts.buffer[$1 * 2] }
     let errors = (0..<clients).reduce(0) { $0 + counts.buffer[$1 * 2 + 1] }
     return (Double(ok) / elapsed, errors)
 }
 
-/// `clients` connections sending one request at the same moment; each one's wait.
+/// `clients` connections each sending one request at the same moment (all
+/// sent before any reply is read); each one's wait for its reply.
 func concurrent(socket: String, clients: Int, line: String) throws -> [Double] {
     let connections = try (0..<clients).map { _ in try Client.connect(socket, deadline: 5) }
+    let start = Clock.now()
+    for connection in connections { try connection.send(line) }
     let waits = Slots<Double>(count: clients, initial: 0)
-    DispatchQueue.concurrentPerform(iterations: clients) { index in
-        let start = Clock.now()
-        _ = try? connections[index].call(line)
-        waits.buffer[index] = Clock.now() - start
+    let done = DispatchGroup()
+    for (index, connection) in connections.enumerated() {
+        done.enter()
+        Thread {
+            _ = try? connection.receive()
+            waits.buffer[index] = Clock.now() - start
+            done.leave()
+        }.start()
     }
+    done.wait()
     return Array(waits.buffer)
 }
 
@@ -230,6 +246,10 @@ final class Client: @unchecked Sendable {
 
     func call(_ line: String) throws -> String {
         try self.send(line)
+        return try self.receive()
+    }
+
+    func receive() throws -> String {
         while true {
             if let newline = self.pending.firstIndex(of: 0x0A) {
                 let reply = String(decoding: self.pending[..<newline], as: UTF8.self)
