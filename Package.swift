@@ -126,7 +126,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "vaultbench",
-            dependencies: ["VaultTestIssuer"],
+            dependencies: ["VaultTestIssuer", "VaultProtocol", "VaultCrypto"],
             path: "Benchmarks/vaultbench"
         ),
         .testTarget(name: "VaultCryptoTests", dependencies: ["VaultCrypto"]),

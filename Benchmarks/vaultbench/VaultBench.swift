@@ -3,6 +3,8 @@
 //   swift run -c release vaultbench
 import Foundation
 import Glibc
+import VaultCrypto
+import VaultProtocol
 import VaultTestIssuer
 
 @main
@@ -43,6 +45,29 @@ struct VaultBench {
         _ = try client.call(tokenLine)
 
         var rows: [(String, String)] = []
+
+        // 0. The codec alone, in this process: decode a token request, encode its reply.
+        let requestBytes = Array(tokenLine.utf8)
+        let reply = TokenResult(
+            accessToken: try SecretBytes(utf8: String(repeating: "a", count: 40)),
+            tokenType: "Bearer",
+            expiresAt: 1_900_000_000,
+            expiresIn: 3600,
+            scope: "openid offline_access"
+        )
+        var codec: [Double] = []
+        for round in 0..<22_000 {
+            let start = Clock.now()
+            let request = LineCodec.request(from: requestBytes)
+            let line = LineCodec.line(for: Response(id: request.id, reply))
+            if round >= 2_000 { codec.append(Clock.now() - start) }
+            precondition(!line.isEmpty)
+        }
+        rows.append(("codec only (decode request + encode reply): median", us(percentile(codec, 0.5))))
+
+        // The floor on this machine today: a blocking POSIX echo server, same line, same socket kind.
+        let echo = try echoFloor(path: folder + "/echo.sock", line: tokenLine)
+        rows.append(("floor: POSIX echo over a Unix socket, median / p99", "\(us(percentile(echo, 0.5))) / \(us(percentile(echo, 0.99)))"))
 
         // 1. Cached-token latency, one client.
         for _ in 0..<2_000 { _ = try client.call(tokenLine) }
@@ -273,4 +298,36 @@ final class Slots<T>: @unchecked Sendable {
     }
 
     deinit { self.buffer.deallocate() }
+}
+
+/// Round trips to a plain blocking echo server in this process: what the
+/// machine's Unix sockets and scheduler cost before any daemon work.
+func echoFloor(path: String, line: String) throws -> [Double] {
+    let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+    var address = sockaddr_un()
+    address.sun_family = sa_family_t(AF_UNIX)
+    withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8)) }
+    _ = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+    }
+    listen(listener, 1)
+    Thread {
+        let connection = accept(listener, nil, nil)
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = read(connection, &buffer, buffer.count)
+            if n <= 0 { break }
+            _ = write(connection, buffer, n)
+        }
+        close(connection)
+        close(listener)
+    }.start()
+    let client = try Client(path)
+    var samples: [Double] = []
+    for round in 0..<22_000 {
+        let start = Clock.now()
+        _ = try client.call(line)
+        if round >= 2_000 { samples.append(Clock.now() - start) }
+    }
+    return samples
 }
