@@ -11,6 +11,9 @@ import VaultTestIssuer
 struct VaultBench {
     static func main() async throws {
         let bin = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent().path
+        for tool in ["vaultd", "vaultctl"] where !FileManager.default.isExecutableFile(atPath: bin + "/" + tool) {
+            throw BenchError("\(bin)/\(tool) is missing; build first: swift build -c release --static-swift-stdlib")
+        }
         let folder = "/tmp/vb-\(getpid())"
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: folder) }
