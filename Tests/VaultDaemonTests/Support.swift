@@ -187,7 +187,7 @@ final class LineClient: @unchecked Sendable {
     let fd: Int32
     private var buffer: [UInt8] = []
 
-    init(path: String, timeoutSeconds: Int = 10) throws {
+    init(path: String, timeoutSeconds: Int = 30) throws {
         self.fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
