@@ -39,12 +39,7 @@ struct Account: ParsableCommand {
         func run() throws {
             try self.connection.run { (vault) throws(VaultError) in
                 let reply = try vault.send(.status)
-                let status: StatusResult
-                do {
-                    status = try LineCodec.payload(StatusResult.self, of: reply)
-                } catch {
-                    throw VaultError(.internalError, "vaultd sent a status this vaultctl cannot read")
-                }
+                let status = try Output.field(StatusResult.self, of: reply)
                 if self.connection.json {
                     let names = status.accounts.map { "\"\($0.name)\"" }.joined(separator: ",")
                     return Output.line("[\(names)]")
@@ -66,12 +61,7 @@ struct Account: ParsableCommand {
             try self.connection.run { (vault) throws(VaultError) in
                 let reply = try vault.send(.accountRemove(name: self.name))
                 if self.connection.json { return self.connection.printJSON(reply) }
-                let removal: RemovalResult
-                do {
-                    removal = try LineCodec.payload(RemovalResult.self, of: reply)
-                } catch {
-                    throw VaultError(.internalError, "vaultd sent a reply this vaultctl cannot read")
-                }
+                let removal = try Output.field(RemovalResult.self, of: reply)
                 Output.line("removed \(removal.account); secrets wiped from: \(removal.wiped.joined(separator: ", "))")
             }
         }

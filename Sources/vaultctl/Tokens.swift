@@ -41,12 +41,7 @@ struct Token: ParsableCommand {
         try self.connection.run { (vault) throws(VaultError) in
             let reply = try vault.send(.token(request))
             if self.connection.json { return self.connection.printJSON(reply) }
-            let token: TokenResult
-            do {
-                token = try LineCodec.payload(TokenResult.self, of: reply)
-            } catch {
-                throw VaultError(.internalError, "vaultd sent a token reply this vaultctl cannot read")
-            }
+            let token = try Output.field(TokenResult.self, of: reply)
             Output.line((self.header ? "Authorization: Bearer " : "") + token.accessToken.unsafeString())
         }
     }

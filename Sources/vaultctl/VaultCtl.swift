@@ -85,12 +85,7 @@ struct Status: ParsableCommand {
         try self.connection.run { (vault) throws(VaultError) in
             let reply = try vault.send(.status)
             if self.connection.json { return self.connection.printJSON(reply) }
-            let status: StatusResult
-            do {
-                status = try LineCodec.payload(StatusResult.self, of: reply)
-            } catch {
-                throw VaultError(.internalError, "vaultd sent a status this vaultctl cannot read")
-            }
+            let status = try Output.field(StatusResult.self, of: reply)
             let key = status.keySource.map { ", key from \($0)" } ?? ""
             Output.line("vault: \(status.locked ? "locked" : "unlocked") (\(status.backend) backend\(key))")
             if status.accounts.isEmpty {
