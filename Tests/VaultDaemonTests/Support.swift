@@ -7,12 +7,13 @@ import VaultOIDC
 import VaultProtocol
 import VaultStore
 
-/// Runs blocking work (socket reads, waiting on a child process) on a GCD
-/// thread, so it never ties up the cooperative pool that the in-process
-/// daemon's tasks need.
+/// Runs blocking work (socket reads, waiting on a child process) on a thread
+/// of its own, so it never ties up the cooperative pool that the in-process
+/// daemon's tasks need. Not GCD: its pool grows by about one thread a second
+/// while its threads block, which made parallel tests wait on each other.
 func blocking<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
     await withCheckedContinuation { continuation in
-        DispatchQueue.global().async { continuation.resume(returning: body()) }
+        Thread { continuation.resume(returning: body()) }.start()
     }
 }
 
@@ -38,6 +39,7 @@ struct InProcessVault {
     let socketPath: String
     let server: SocketServer
     let broker: Broker
+    let dispatcher: Dispatcher
 
     static func start(
         folder: String? = nil,
@@ -61,12 +63,15 @@ struct InProcessVault {
         var configuration = SocketServer.Configuration(path: folder + "/s.sock")
         configuration.maximumConnections = maximumConnections
         configuration.idleTimeout = idleTimeout
-        let server = try await SocketServer.start(
-            configuration,
-            dispatcher: Dispatcher(broker: broker, clock: clock, logger: logger),
-            logger: logger
+        let dispatcher = Dispatcher(broker: broker, clock: clock, logger: logger)
+        let server = try await SocketServer.start(configuration, dispatcher: dispatcher, logger: logger)
+        return InProcessVault(
+            folder: folder,
+            socketPath: configuration.path,
+            server: server,
+            broker: broker,
+            dispatcher: dispatcher
         )
-        return InProcessVault(folder: folder, socketPath: configuration.path, server: server, broker: broker)
     }
 
     /// Stops serving; the files stay, so a new vault on the same folder is a restart.
@@ -386,7 +391,7 @@ private func blockingRunTool(
     let err = Collected()
     for (fd, sink) in [(stdout[0], out), (stderr[0], err)] {
         group.enter()
-        DispatchQueue.global().async {
+        Thread {
             var data = Data()
             var chunk = [UInt8](repeating: 0, count: 65536)
             while true {
@@ -398,7 +403,7 @@ private func blockingRunTool(
             close(fd)
             sink.set(data)
             group.leave()
-        }
+        }.start()
     }
     group.wait()
     var exit: Int32 = 0
