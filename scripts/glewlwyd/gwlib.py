@@ -1,4 +1,6 @@
-"""Tiny HTTP helpers shared by the Glewlwyd test scripts (Python stdlib only).
+"""Tiny HTTP helpers shared by the Glewlwyd test scripts (Python stdlib only),
+plus the steps of playing the user in a browser (sign in, consent, authorize,
+approve a device code).
 
 Every request goes straight to the server (no proxy, no automatic redirect
 following) and never raises on an HTTP error status: callers get
@@ -6,8 +8,10 @@ following) and never raises on an HTTP error status: callers get
 """
 
 import base64
+import hashlib
 import http.cookiejar
 import json
+import secrets
 import sys
 import urllib.error
 import urllib.parse
@@ -84,3 +88,81 @@ def api_base(issuer):
 def die(msg, code=1):
     print("error: " + msg, file=sys.stderr)
     sys.exit(code)
+
+
+def text(body, limit=200):
+    """A response body for an error message ("(empty body)" when there is none)."""
+    return body.decode(errors="replace")[:limit] or "(empty body)"
+
+
+# --- PKCE ---------------------------------------------------------------------
+
+def b64url(raw):
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def random_string(nbytes=12):
+    return b64url(secrets.token_bytes(nbytes))
+
+
+def pkce_pair():
+    """(code_verifier, S256 code_challenge)."""
+    verifier = b64url(secrets.token_bytes(32))
+    return verifier, b64url(hashlib.sha256(verifier.encode()).digest())
+
+
+# --- Playing the user in a browser --------------------------------------------
+#
+# Glewlwyd's web app is only a front end for these API calls; a Session that
+# makes them holds the same session cookie a browser would.
+
+def sign_in(s, issuer, username, password):
+    """POST /api/auth/ (the login form): leaves the session cookie in s."""
+    status, _, body = s.request("POST", api_base(issuer) + "/auth/",
+                                json_body={"username": username, "password": password})
+    if status != 200:
+        die("sign-in as %r refused: HTTP %s %s" % (username, status, text(body)))
+
+
+def grant_consent(s, issuer, client_id, scope):
+    """PUT /api/auth/grant/CLIENT (the consent screen) for a space-separated scope."""
+    status, _, body = s.request("PUT", api_base(issuer) + "/auth/grant/" + urllib.parse.quote(client_id, safe=""),
+                                json_body={"scope": scope})
+    if status != 200:
+        die("consent for %s refused: HTTP %s %s" % (client_id, status, text(body)))
+
+
+def with_g_continue(url):
+    """The URL the web app sends the browser back to after sign-in and consent."""
+    return url + ("&" if urllib.parse.urlsplit(url).query else "?") + "g_continue"
+
+
+def authorize(s, authorization_url):
+    """GET an authorization request URL (plus g_continue) with the session in s,
+    without following the redirect. Returns (status, location or "", body)."""
+    status, headers, body = s.request("GET", with_g_continue(authorization_url),
+                                      headers={"Accept": "text/html,*/*"})
+    return status, ((headers.get("Location") if headers else None) or ""), body
+
+
+def same_endpoint(url, redirect_uri):
+    """True when url is redirect_uri plus query parameters (scheme, host, port, path equal)."""
+    a, b = urllib.parse.urlsplit(url), urllib.parse.urlsplit(redirect_uri)
+    return (a.scheme, a.netloc, a.path) == (b.scheme, b.netloc, b.path)
+
+
+def query_params(url):
+    return dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query, keep_blank_values=True))
+
+
+def approve_device(s, issuer, user_code):
+    """GET /api/oidc/device?code=USER_CODE&g_continue with the session in s, which
+    approves a device authorization. Glewlwyd always answers 302 to login.html
+    with a prompt telling the outcome: deviceComplete (approved), deviceCodeError
+    (unknown, expired or already used code), deviceServerError, or no prompt at
+    all (not signed in). Returns (approved, status, prompt or None, location)."""
+    url = api_base(issuer) + "/oidc/device?" + urllib.parse.urlencode({"code": user_code}) + "&g_continue"
+    status, headers, _ = s.request("GET", url, headers={"Accept": "text/html,*/*"})
+    location = (headers.get("Location") if headers else None) or ""
+    prompt = query_params(location).get("prompt") if location else None
+    return status == 302 and prompt == "deviceComplete", status, prompt, location

@@ -32,24 +32,18 @@ Exit codes: 0 tokens obtained; 1 any other failure; 2 bad usage;
 """
 
 import argparse
-import base64
-import hashlib
 import json
 import os
-import secrets
 import sys
 import time
 import urllib.parse
 
 sys.dont_write_bytecode = True  # keep the work tree free of __pycache__
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gwlib import Session, api_base, die, discovery, parse_json  # noqa: E402
+from gwlib import (Session, approve_device, authorize, die, discovery, grant_consent,  # noqa: E402
+                   parse_json, pkce_pair, query_params, random_string, same_endpoint, sign_in)
 
 REFUSED = 3
-
-
-def b64url(raw):
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
 def client_auth(args, form):
@@ -65,15 +59,8 @@ def client_auth(args, form):
 
 
 def browser_sign_in(s, args):
-    api = api_base(args.issuer)
-    status, _, body = s.request("POST", api + "/auth/",
-                                json_body={"username": args.username, "password": args.password})
-    if status != 200:
-        die("sign-in as %r refused: HTTP %s %s" % (args.username, status, body.decode(errors="replace")[:200]))
-    status, _, body = s.request("PUT", api + "/auth/grant/" + urllib.parse.quote(args.client_id, safe=""),
-                                json_body={"scope": args.scope})
-    if status != 200:
-        die("consent for %s refused: HTTP %s %s" % (args.client_id, status, body.decode(errors="replace")[:200]))
+    sign_in(s, args.issuer, args.username, args.password)
+    grant_consent(s, args.issuer, args.client_id, args.scope)
 
 
 def token_request(s, endpoint, args, form):
@@ -96,11 +83,10 @@ def finish(status, body, what):
 
 def code_flow(s, disco, args):
     browser_sign_in(s, args)
-    verifier = b64url(secrets.token_bytes(32))
-    challenge = b64url(hashlib.sha256(verifier.encode()).digest())
-    state = b64url(secrets.token_bytes(12))
-    nonce = b64url(secrets.token_bytes(12))
-    query = urllib.parse.urlencode({
+    verifier, challenge = pkce_pair()
+    state = random_string()
+    nonce = random_string()
+    url = disco["authorization_endpoint"] + "?" + urllib.parse.urlencode({
         "response_type": "code",
         "client_id": args.client_id,
         "redirect_uri": args.redirect_uri,
@@ -109,16 +95,15 @@ def code_flow(s, disco, args):
         "nonce": nonce,
         "code_challenge": challenge,
         "code_challenge_method": "S256",
-    }) + "&g_continue"
-    status, headers, body = s.request("GET", disco["authorization_endpoint"] + "?" + query)
-    location = headers.get("Location") if headers else None
+    })
+    status, location, body = authorize(s, url)
     if status != 302 or not location:
         die("authorization endpoint answered HTTP %s (expected 302 to %s): %s"
             % (status, args.redirect_uri, body.decode(errors="replace")[:200]))
-    if not location.startswith(args.redirect_uri):
+    if not same_endpoint(location, args.redirect_uri):
         die("authorization endpoint redirected to %s, not to the redirect URI "
             "(not signed in, no consent, or redirect_uri not registered)" % location)
-    params = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(location).query))
+    params = query_params(location)
     if "error" in params:
         die("authorization endpoint returned error=%s %s"
             % (params["error"], params.get("error_description", "")))
@@ -128,7 +113,7 @@ def code_flow(s, disco, args):
     if not code:
         die("no code in redirect: %s" % location)
     if args.verifier_mismatch:
-        verifier = b64url(secrets.token_bytes(32))  # well-formed, but not the one hashed
+        verifier, _ = pkce_pair()  # well-formed, but not the one hashed
     form = {
         "grant_type": "authorization_code",
         "code": code,
@@ -167,12 +152,9 @@ def device_flow(s, disco, args):
     if status != 200 or not isinstance(dev, dict) or "device_code" not in dev:
         die("device authorization answered HTTP %s %s" % (status, body.decode(errors="replace")[:200]))
     browser_sign_in(s, args)
-    api = api_base(args.issuer)
-    status, headers, body = s.request(
-        "GET", api + "/oidc/device?" + urllib.parse.urlencode({"code": dev["user_code"]}) + "&g_continue")
-    location = (headers.get("Location") if headers else "") or ""
-    if "prompt=deviceComplete" not in location and status not in (200, 302):
-        die("approving user code answered HTTP %s %s" % (status, location))
+    approved, status, prompt, location = approve_device(s, args.issuer, dev["user_code"])
+    if not approved:
+        die("approving user code %s answered HTTP %s, prompt=%s (%s)" % (dev["user_code"], status, prompt, location))
     interval = float(dev.get("interval") or 5)
     deadline = time.time() + float(dev.get("expires_in") or 600)
     while True:

@@ -10,17 +10,19 @@ seconds (it waits once for an access token to expire).
 """
 
 import base64
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True  # keep the work tree free of __pycache__
 sys.path.insert(0, HERE)
-from gwlib import Session, parse_json  # noqa: E402
+from gwlib import Session, parse_json, pkce_pair, random_string  # noqa: E402
 
 passed = failed = 0
 
@@ -55,6 +57,22 @@ def jwt_parts(tok):
         return json.loads(base64.urlsafe_b64decode(x + "=" * (-len(x) % 4)))
     h, p, _ = tok.split(".")
     return dec(h), dec(p)
+
+
+class _Callback(http.server.BaseHTTPRequestHandler):
+    """A client's loopback listener: records each query, 200 with code, 400 otherwise."""
+    def do_GET(self):
+        q = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(self.path).query))
+        self.server.seen.append(q)
+        ok = "code" in q and "error" not in q
+        body = b"signed in" if ok else b"sign-in failed"
+        self.send_response(200 if ok else 400)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
 
 
 def main():
@@ -195,6 +213,63 @@ def main():
     check("access token inactive after %ds" % AT, i4.get("active") is False, i4)
     st, _, _ = s.request("GET", D["userinfo_endpoint"], headers={"Authorization": "Bearer " + t["access_token"]})
     check("userinfo with an expired AT: 401", st == 401, st)
+
+    # browser.py / approve-device.py against a loopback listener of our own, on an
+    # ephemeral port registered first (so a test already on 53682 cannot collide).
+    srv = http.server.HTTPServer(("127.0.0.1", 0), _Callback)
+    srv.seen = []
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    cb = "http://127.0.0.1:%d/callback" % srv.server_address[1]
+    p = subprocess.run([sys.executable, os.path.join(HERE, "provision.py"), "--base", E["GLEWLWYD_BASE_URL"],
+                        "add-redirect-uri", pub[0], cb], capture_output=True, text=True, timeout=30)
+    check("provision.py add-redirect-uri %s" % cb, p.returncode == 0, p.stderr.strip())
+
+    def browser(extra=()):
+        verifier, challenge = pkce_pair()
+        state = random_string()
+        url = D["authorization_endpoint"] + "?" + urllib.parse.urlencode({
+            "response_type": "code", "client_id": pub[0], "redirect_uri": cb, "scope": E["GLEWLWYD_SCOPE"],
+            "state": state, "nonce": random_string(), "code_challenge": challenge, "code_challenge_method": "S256"})
+        p = subprocess.run([sys.executable, os.path.join(HERE, "browser.py"), "--issuer", I, "--url", url,
+                            "--username", USER, "--password", PW] + list(extra),
+                           capture_output=True, text=True, timeout=60)
+        out = json.loads(p.stdout) if p.returncode == 0 else {}
+        return p.returncode, out, (srv.seen[-1] if srv.seen else {}), state, verifier, p.stderr.strip()
+
+    rc, out, q, state, verifier, err = browser()
+    check("browser.py: loopback got code + state, page 200", rc == 0 and out.get("status") == 200
+          and q.get("state") == state and q.get("code"), (rc, out, q, err))
+    st, j, b = token({"grant_type": "authorization_code", "code": q.get("code", ""), "redirect_uri": cb,
+                      "code_verifier": verifier}, pub[0])
+    check("browser.py: the code redeems for tokens", st == 200 and j and j.get("access_token"), (st, b[:80]))
+    rc, out, q, state, _, err = browser(["--deny"])
+    check("browser.py --deny: loopback got error=access_denied + state",
+          rc == 0 and out.get("status") == 400 and q == {"error": "access_denied", "state": state}, (rc, out, q, err))
+    rc, out, q, state, _, err = browser(["--wrong-state"])
+    check("browser.py --wrong-state: loopback got a code with another state",
+          rc == 0 and q.get("code") and q.get("state") not in (None, state), (rc, out, q, err))
+    srv.shutdown()
+    srv.server_close()
+    rc, out, q, _, _, err = browser()
+    check("browser.py with nothing listening: exit 1", rc == 1 and "loopback" in err, (rc, err))
+
+    st, _, b = s.request("POST", D["device_authorization_endpoint"], form={"client_id": pub[0], "scope": E["GLEWLWYD_SCOPE"]})
+    dev = parse_json(b) or {}
+    form = {"grant_type": "urn:ietf:params:oauth:grant-type:device_code", "device_code": dev.get("device_code", "")}
+    st, j, b = token(form, pub[0])
+    check("device: polling before approval: 400 authorization_pending", st == 400 and (j or {}).get("error")
+          == "authorization_pending", (st, b[:80]))
+    ap = [sys.executable, os.path.join(HERE, "approve-device.py"), "--issuer", I, "--user-code", dev.get("user_code", ""),
+          "--username", USER, "--password", PW]
+    p = subprocess.run(ap, capture_output=True, text=True, timeout=30)
+    check("approve-device.py: exit 0, approved", p.returncode == 0 and json.loads(p.stdout).get("approved") is True,
+          (p.returncode, p.stdout, p.stderr))
+    time.sleep(float(E["GLEWLWYD_DEVICE_INTERVAL"]) + 0.1)  # polling faster than interval gets slow_down
+    st, j, b = token(form, pub[0])
+    check("device: polling after approval: tokens", st == 200 and j and j.get("access_token"), (st, b[:80]))
+    p = subprocess.run(ap, capture_output=True, text=True, timeout=30)
+    check("approve-device.py on a used code: exit 3 (deviceCodeError)", p.returncode == 3
+          and json.loads(p.stdout).get("prompt") == "deviceCodeError", (p.returncode, p.stdout, p.stderr))
 
     # End session.
     q = urllib.parse.urlencode({"id_token_hint": t["id_token"]})

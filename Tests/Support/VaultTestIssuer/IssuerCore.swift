@@ -44,6 +44,8 @@ struct PendingTokenResponse: Sendable {
     var fields: [(String, JSONValue)]
     var claims: IDTokenClaims?
     var signingKey: SigningKey
+    /// Extra response headers (e.g. native auth's echoed `client-request-id`).
+    var extraHeaders: [(String, String)] = []
 
     func render() async -> IssuerReply {
         var fields = self.fields
@@ -55,10 +57,12 @@ struct PendingTokenResponse: Sendable {
                 let jwt = try await keys.sign(claims, kid: kid)
                 fields.append(("id_token", .string(jwt)))
             } catch {
-                return .oauthError(.internalServerError, "server_error", "could not sign the ID token: \(error)")
+                return .oauthError(
+                    .internalServerError, "server_error", "could not sign the ID token: \(error)", headers: extraHeaders
+                )
             }
         }
-        return .json(.ok, .object(fields), headers: IssuerReply.noStore)
+        return .json(.ok, .object(fields), headers: IssuerReply.noStore + extraHeaders)
     }
 }
 
@@ -70,6 +74,8 @@ enum IssuerAction: Sendable {
     case processToken
     /// Run the token grant after this many milliseconds.
     case processTokenAfter(milliseconds: Int)
+    /// Sign the ID token of this response (off the event loop), then write it.
+    case sign(PendingTokenResponse)
     /// The request was parked behind the gate; the release closure will run it.
     case held
     /// Never answer.
@@ -132,6 +138,8 @@ struct IssuerState: Sendable {
     var accessTokens: [String: AccessRecord] = [:]
     var heldRequests: [@Sendable () -> Void] = []
     var connections: [ObjectIdentifier: any Channel] = [:]
+    /// Entra native authentication users, flows and knobs (NativeAuth.swift).
+    var native = NativeAuthState()
 
     var refreshCount = 0
     var lastClientAuthentication: String?
@@ -190,6 +198,9 @@ final class IssuerCore: Sendable {
         case "/revoke":
             guard request.method == .POST else { return .reply(Self.methodNotAllowed("POST")) }
             return .reply(self.revoke(request))
+        case NativeAuthPath.initiate, NativeAuthPath.challenge, NativeAuthPath.token:
+            guard request.method == .POST else { return .reply(Self.methodNotAllowed("POST")) }
+            return self.handleNative(request, makeRelease: makeRelease)
         default:
             return .reply(.oauthError(.notFound, "not_found", "no such endpoint: \(request.path)"))
         }
@@ -210,7 +221,7 @@ final class IssuerCore: Sendable {
         let doc: JSONValue = .object([
             ("issuer", .string(issuer)),
             ("authorization_endpoint", .string(issuer + "/authorize")),
-            ("token_endpoint", .string(issuer + "/token")),
+            ("token_endpoint", .string(issuer + "/oauth2/v2.0/token")),
             ("userinfo_endpoint", .string(issuer + "/userinfo")),
             ("jwks_uri", .string(issuer + "/jwks")),
             ("revocation_endpoint", .string(issuer + "/revoke")),

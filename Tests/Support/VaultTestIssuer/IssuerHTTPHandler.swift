@@ -88,6 +88,8 @@ final class IssuerHTTPHandler: ChannelInboundHandler {
             context.eventLoop.assumeIsolated().scheduleTask(in: .milliseconds(Int64(max(0, milliseconds)))) {
                 self.runToken(request, context: context)
             }
+        case .sign(let pending):
+            self.renderAndWrite(pending, keepAlive: request.keepAlive, context: context)
         case .held, .hang:
             break
         case .reset:
@@ -102,14 +104,19 @@ final class IssuerHTTPHandler: ChannelInboundHandler {
         case .reply(let reply):
             self.write(reply, keepAlive: request.keepAlive, context: context)
         case .sign(let pending):
-            let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-            let eventLoop = context.eventLoop
-            Task {
-                let reply = await pending.render()
-                eventLoop.execute {
-                    let (handler, context) = bound.value
-                    handler.write(reply, keepAlive: request.keepAlive, context: context)
-                }
+            self.renderAndWrite(pending, keepAlive: request.keepAlive, context: context)
+        }
+    }
+
+    /// Signs the ID token off the event loop, then writes the reply.
+    private func renderAndWrite(_ pending: PendingTokenResponse, keepAlive: Bool, context: ChannelHandlerContext) {
+        let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        let eventLoop = context.eventLoop
+        Task {
+            let reply = await pending.render()
+            eventLoop.execute {
+                let (handler, context) = bound.value
+                handler.write(reply, keepAlive: keepAlive, context: context)
             }
         }
     }

@@ -5,8 +5,10 @@ import NIOPosix
 /// A real HTTP/1.1 OpenID provider on `127.0.0.1:<ephemeral port>` for tests, with fault injection.
 ///
 /// Endpoints: `GET /.well-known/openid-configuration`, `GET /jwks`, `POST /token`
-/// (refresh grant only), `GET|POST /userinfo`, `POST /revoke`; anything else is 404
-/// (405 for a known path with the wrong method). ID tokens are ES256-signed.
+/// (refresh grant only; discovery names `/oauth2/v2.0/token`, which takes it too), `GET|POST /userinfo`, `POST /revoke`, and the Microsoft Entra
+/// native authentication V1 sign-in endpoints `POST /oauth2/v2.0/initiate`,
+/// `POST /oauth2/v2.0/challenge` and `POST /oauth2/v2.0/token` (see ``addNativeUser(_:_:)``);
+/// anything else is 404 (405 for a known path with the wrong method). ID tokens are ES256-signed.
 ///
 /// Registered clients: ``clientID`` (public, no secret needed; a secret, if sent, is ignored)
 /// and ``confidentialClientID`` with ``clientSecret`` (HTTP Basic or form post). More can be
@@ -212,6 +214,88 @@ public final class TestIssuer: Sendable {
         let key = SigningKey.generate(prefix: "key-")
         core.state.withLock { $0.signingKey = key }
     }
+
+    // MARK: Entra native authentication
+
+    /// The tenant id sent as `client_info.utid` by the native-auth token endpoint.
+    public static let nativeTenantID = NativeAuthState.tenantID
+
+    /// Adds (or reconfigures) a native-auth user. `username` is an e-mail address, matched
+    /// case-insensitively; it becomes the ID token's `sub`, `email` and `preferred_username`.
+    ///
+    /// Sign-in uses `POST /oauth2/v2.0/initiate` → `POST /oauth2/v2.0/challenge` →
+    /// `POST /oauth2/v2.0/token` (`grant_type=oob` or `password`). Every registered client
+    /// (including ``clientID``) may use them. Unknown usernames get `400 user_not_found` (50034).
+    public func addNativeUser(_ username: String, _ kind: NativeUser = .otp) {
+        let key = NativeAuthState.key(username)
+        core.state.withLock { s in
+            if var user = s.native.users[key] {
+                user.username = username
+                user.kind = kind
+                s.native.users[key] = user
+            } else {
+                s.native.users[key] = NativeUserRecord(
+                    username: username,
+                    kind: kind,
+                    objectID: NativeAuthState.makeObjectID()
+                )
+            }
+        }
+    }
+
+    /// The user's object id, sent as `client_info.uid` (MSAL's home account id is `uid.utid`,
+    /// see ``nativeTenantID``); `nil` for an unknown user.
+    public func nativeObjectID(for username: String) -> String? {
+        core.state.withLock { $0.native.users[NativeAuthState.key(username)]?.objectID }
+    }
+
+    /// The last one-time code "e-mailed" to `username` by `/oauth2/v2.0/challenge`, or `nil` if none was sent.
+    /// Only the code of the newest challenge is accepted; earlier ones get `invalid_oob_value`.
+    public func lastCode(for username: String) -> String? {
+        core.state.withLock { $0.native.users[NativeAuthState.key(username)]?.lastCode }
+    }
+
+    /// Number of one-time codes "e-mailed" to `username` (first sends and resends).
+    public func codesSent(to username: String) -> Int {
+        core.state.withLock { $0.native.users[NativeAuthState.key(username)]?.codesSent ?? 0 }
+    }
+
+    /// Native-auth knobs for codes and continuation tokens issued from now on. Each call replaces
+    /// all three settings.
+    /// - Parameters:
+    ///   - codeLength: digits per one-time code (`code_length`; at least 1).
+    ///   - maxAttempts: wrong codes accepted per continuation token; after that many, every submit
+    ///     on that token answers `400 invalid_grant` without `suberror` (50053), even the right code.
+    ///   - continuationTokenLifetime: seconds after which a continuation token answers
+    ///     `400 expired_token` (552003). Applies to tokens already issued, too.
+    public func setNativeAuth(codeLength: Int = 8, maxAttempts: Int = 5, continuationTokenLifetime: Int = 600) {
+        core.state.withLock { s in
+            s.native.codeLength = max(1, codeLength)
+            s.native.maxAttempts = max(0, maxAttempts)
+            s.native.continuationTokenLifetime = continuationTokenLifetime
+        }
+    }
+
+    /// Every continuation token issued so far now answers `400 expired_token` (552003).
+    /// Tokens issued later are not affected.
+    public func expireNativeFlows() {
+        core.state.withLock { s in
+            for token in s.native.continuations.keys {
+                s.native.continuations[token]?.expired = true
+            }
+        }
+    }
+
+    /// The next `POST` to any of the three native-auth paths (whatever its body, including a
+    /// `refresh_token` grant on `/oauth2/v2.0/token`) answers with `fault` instead and changes no
+    /// state; the one after is normal again. A later call replaces a fault not yet used.
+    public func failNextNativeCall(_ fault: NativeFault) {
+        core.state.withLock { $0.native.pendingFault = fault }
+    }
+
+    /// Number of `POST`s to `/oauth2/v2.0/initiate`, `/oauth2/v2.0/challenge` and `/oauth2/v2.0/token`
+    /// (all, including failed ones, injected faults and refresh grants).
+    public var nativeRequestCount: Int { core.state.withLock { $0.native.requestCount } }
 }
 
 /// Errors thrown by ``TestIssuer/start(accessTokenLifetime:rotateRefreshTokens:)``.
