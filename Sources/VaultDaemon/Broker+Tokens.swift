@@ -166,6 +166,9 @@ extension Broker {
         )
         self.cache.store(token, account: name, key: key)
         self.accounts[name]?.backoff = Backoff()
+        var event = Event(.tokenRefreshed, account: name)
+        event.expiresAt = Int64(token.expiresAt)
+        self.events.emit(event)
         self.logger.info(
             "token refreshed",
             metadata: ["account": "\(name)", "rotated": "\(response.refreshToken != nil)", "expires_in": "\(response.expiresIn ?? -1)"]
@@ -180,6 +183,7 @@ extension Broker {
             self.accounts[name]?.needsReauth = true
             self.cache.clearTokens(account: name)
             self.logger.notice("refresh token rejected; sign-in needed", metadata: ["account": "\(name)"])
+            self.events.emit(Event(.reauthRequired, account: name))
         case .unavailable(let reason, let retryAfter):
             self.accounts[name]?.backoff.fail(now: self.clock.now(), retryAfter: retryAfter)
             self.logger.notice("issuer unavailable", metadata: ["account": "\(name)", "reason": "\(reason)"])

@@ -17,6 +17,8 @@ public actor Broker {
     var accounts: [String: Account] = [:]
     /// Access tokens, readable from the event loops without this actor.
     public nonisolated let cache = TokenCache()
+    /// Subscribers, told of sign-ins, refreshes and lost sessions.
+    public nonisolated let events = EventHub()
 
     struct Account {
         var configuration: AccountConfiguration

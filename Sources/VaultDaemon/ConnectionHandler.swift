@@ -15,6 +15,9 @@ final class ConnectionHandler: ChannelInboundHandler, RemovableChannelHandler {
     private let connections: ConnectionCount
     private var logger: Logger
     private var needsFlush = false
+    /// Set once the peer subscribed: events may come at any time, so the
+    /// connection is not closed for being quiet.
+    private var subscribed = false
 
     init(peer: Peer, dispatcher: Dispatcher, admitted: Bool, connections: ConnectionCount, logger: Logger) {
         self.peer = peer
@@ -38,6 +41,7 @@ final class ConnectionHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        if self.subscribed { self.dispatcher.broker.events.unsubscribe(context.channel) }
         self.connections.release()
         self.logger.debug("connection closed")
         context.fireChannelInactive()
@@ -55,6 +59,10 @@ final class ConnectionHandler: ChannelInboundHandler, RemovableChannelHandler {
         case .ready(let response):
             self.send(response, context: context, flush: false)
             self.needsFlush = true
+        case .subscribe(let response, let accounts):
+            self.send(response, context: context, flush: true)
+            self.subscribed = true
+            self.dispatcher.broker.events.subscribe(context.channel, accounts: accounts)
         case .pending(let work):
             let channel = context.channel
             Task {
@@ -85,7 +93,7 @@ final class ConnectionHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if let idle = event as? IdleStateHandler.IdleStateEvent, idle == .read {
+        if let idle = event as? IdleStateHandler.IdleStateEvent, idle == .read, !self.subscribed {
             self.logger.debug("idle connection closed")
             context.close(promise: nil)
             return

@@ -10,14 +10,18 @@ public struct Dispatcher: Sendable {
     public enum Reply: Sendable {
         case ready(Response)
         case pending(@Sendable () async -> Response)
+        /// Answer, then send the broker's events for `accounts` (nil: all) on this connection.
+        case subscribe(Response, accounts: [String]?)
     }
 
     let broker: Broker
+    public let signIns: SignIns
     let clock: any WallClock
     let logger: Logger
 
     public init(broker: Broker, clock: any WallClock = SystemClock(), logger: Logger) {
         self.broker = broker
+        self.signIns = SignIns(broker: broker, clock: clock, logger: logger)
         self.clock = clock
         self.logger = logger
     }
@@ -40,7 +44,11 @@ public struct Dispatcher: Sendable {
         case .accountAdd(let addition):
             return self.later(id) { () throws(VaultError) in try await self.broker.add(addition) }
         case .accountRemove(let name):
-            return self.later(id) { () throws(VaultError) in try await self.broker.remove(name) }
+            return self.later(id) { () throws(VaultError) in
+                let removed = try await self.broker.remove(name)
+                await self.signIns.cancelAll(account: name)
+                return removed
+            }
         case .lock:
             return self.later(id) { () throws(VaultError) in
                 await self.broker.lock()
@@ -68,6 +76,22 @@ public struct Dispatcher: Sendable {
             return self.later(id) { () throws(VaultError) in try await self.broker.claims(account: account, for: peer) }
         case .userinfo(let account):
             return self.later(id) { () throws(VaultError) in try await self.broker.userinfo(account: account, for: peer) }
+        case .signinStart(let start):
+            return self.later(id) { () throws(VaultError) in try await self.signIns.start(start) }
+        case .signinSubmitCode(let flow, let code):
+            return self.later(id) { () throws(VaultError) in try await self.signIns.submitCode(flow: flow, code: code) }
+        case .signinResendCode(let flow):
+            return self.later(id) { () throws(VaultError) in try await self.signIns.resendCode(flow: flow) }
+        case .signinSubmitPassword(let flow, let password):
+            return self.later(id) { () throws(VaultError) in
+                try await self.signIns.submitPassword(flow: flow, password: password)
+            }
+        case .signinWait(let flow, let timeoutMs):
+            return self.later(id) { () throws(VaultError) in try await self.signIns.wait(flow: flow, timeoutMs: timeoutMs) }
+        case .signinCancel(let flow):
+            return self.later(id) { () throws(VaultError) in try await self.signIns.cancel(flow: flow) }
+        case .subscribe(let accounts):
+            return .subscribe(Response(id: id, SubscribeResult(accounts: accounts)), accounts: accounts)
         case .unlock(let passphrase):
             return self.later(id) { () throws(VaultError) in
                 try await self.broker.unlock(passphrase: passphrase)

@@ -92,14 +92,26 @@ public actor OIDCClient {
         return try await self.token(fields: fields, client: client, metadata: metadata)
     }
 
-    /// A POST to the token endpoint with client authentication: HTTP Basic
-    /// when the client has a secret and the issuer accepts it, else the
-    /// secret in the body; a public client sends only `client_id`.
+    /// A POST to the token endpoint with client authentication.
     public func token(
         fields: [(String, String)],
         client: ClientCredentials,
         metadata: ProviderMetadata
     ) async throws(ProviderError) -> TokenResponse {
+        var (body, headers) = self.authenticated(fields, client: client, metadata: metadata)
+        defer { body.secureZero() }
+        let reply = try await self.send(url: metadata.tokenEndpoint, method: .POST, headers: headers, body: body)
+        return try TokenResponseParser.parse(status: reply.status, body: reply.body, retryAfter: reply.retryAfter)
+    }
+
+    /// A form body with client authentication (RFC 6749 §2.3.1): HTTP Basic
+    /// when the client has a secret and the issuer accepts it, else the
+    /// secret in the body; a public client sends only `client_id`.
+    nonisolated func authenticated(
+        _ fields: [(String, String)],
+        client: ClientCredentials,
+        metadata: ProviderMetadata
+    ) -> (body: [UInt8], headers: HTTPHeaders) {
         var fields = fields
         var headers = HTTPHeaders()
         if let secret = client.secret {
@@ -114,11 +126,8 @@ public actor OIDCClient {
         } else {
             fields.append(("client_id", client.clientID))
         }
-        var body = FormEncoding.encode(fields)
-        defer { body.secureZero() }
         headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded")
-        let reply = try await self.send(url: metadata.tokenEndpoint, method: .POST, headers: headers, body: body)
-        return try TokenResponseParser.parse(status: reply.status, body: reply.body, retryAfter: reply.retryAfter)
+        return (FormEncoding.encode(fields), headers)
     }
 
     // MARK: Userinfo
@@ -229,7 +238,7 @@ public actor OIDCClient {
         var retryAfter: Int?
     }
 
-    private func send(
+    func send(
         url: String,
         method: HTTPMethod,
         headers: HTTPHeaders = HTTPHeaders(),

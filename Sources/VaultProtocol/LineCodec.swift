@@ -36,6 +36,15 @@ public enum LineCodec {
         }
     }
 
+    /// An event's JSON without the trailing newline.
+    public static func line(for event: Event) -> Data {
+        (try? Self.encoder.encode(event)) ?? Data(#"{"event":"internal"}"#.utf8)
+    }
+
+    public static func event(from line: Data) throws -> Event {
+        try Self.decoder.decode(Event.self, from: line)
+    }
+
     public static func line(for request: Request) throws -> Data {
         try Self.encoder.encode(request)
     }

@@ -3,7 +3,8 @@ import VaultCrypto
 
 extension Request: Decodable {
     private enum Key: String, CodingKey {
-        case id, op, name, passphrase, account, scope
+        case id, op, name, passphrase, account, scope, method, username, password, flow, code, accounts
+        case timeoutMs = "timeout_ms"
         case minTTL = "min_ttl"
         case forceRefresh = "force_refresh"
         case clientSecret = "client_secret"
@@ -50,6 +51,35 @@ extension Request: Decodable {
                     forceRefresh: try c.decodeIfPresent(Bool.self, forKey: .forceRefresh) ?? false
                 )
             )
+        case .signinStart:
+            return .signinStart(
+                SignInStart(
+                    account: try c.decode(String.self, forKey: .account),
+                    method: try c.decode(SignInMethod.self, forKey: .method),
+                    username: try c.decodeIfPresent(String.self, forKey: .username),
+                    password: try c.decodeSecretIfPresent(forKey: .password)
+                )
+            )
+        case .signinSubmitCode:
+            guard let code = try c.decodeSecretIfPresent(forKey: .code) else {
+                throw VaultError(.badRequest, "the field 'code' is required")
+            }
+            return .signinSubmitCode(flow: try c.decode(String.self, forKey: .flow), code: code)
+        case .signinSubmitPassword:
+            guard let password = try c.decodeSecretIfPresent(forKey: .password) else {
+                throw VaultError(.badRequest, "the field 'password' is required")
+            }
+            return .signinSubmitPassword(flow: try c.decode(String.self, forKey: .flow), password: password)
+        case .signinResendCode: return .signinResendCode(flow: try c.decode(String.self, forKey: .flow))
+        case .signinCancel: return .signinCancel(flow: try c.decode(String.self, forKey: .flow))
+        case .signinWait:
+            let timeout = try c.decodeIfPresent(Int.self, forKey: .timeoutMs)
+            if let timeout, !(0...600_000).contains(timeout) {
+                throw VaultError(.badRequest, "'timeout_ms' is a number of milliseconds from 0 to 600000")
+            }
+            return .signinWait(flow: try c.decode(String.self, forKey: .flow), timeoutMs: timeout)
+        case .subscribe:
+            return .subscribe(accounts: try c.decodeIfPresent([String].self, forKey: .accounts))
         case .accountAdd:
             return .accountAdd(
                 AccountAddition(
@@ -128,6 +158,33 @@ extension Request: Encodable {
             try c.encodeIfPresent(request.scopes, forKey: .scope)
             try c.encode(request.minTTL, forKey: .minTTL)
             if request.forceRefresh { try c.encode(true, forKey: .forceRefresh) }
+        case .signinStart(let start):
+            try c.encode(Op.signinStart.rawValue, forKey: .op)
+            try c.encode(start.account, forKey: .account)
+            try c.encode(start.method, forKey: .method)
+            try c.encodeIfPresent(start.username, forKey: .username)
+            try c.encodeSecretIfPresent(start.password, forKey: .password)
+        case .signinSubmitCode(let flow, let code):
+            try c.encode(Op.signinSubmitCode.rawValue, forKey: .op)
+            try c.encode(flow, forKey: .flow)
+            try c.encodeSecretIfPresent(code, forKey: .code)
+        case .signinSubmitPassword(let flow, let password):
+            try c.encode(Op.signinSubmitPassword.rawValue, forKey: .op)
+            try c.encode(flow, forKey: .flow)
+            try c.encodeSecretIfPresent(password, forKey: .password)
+        case .signinResendCode(let flow):
+            try c.encode(Op.signinResendCode.rawValue, forKey: .op)
+            try c.encode(flow, forKey: .flow)
+        case .signinCancel(let flow):
+            try c.encode(Op.signinCancel.rawValue, forKey: .op)
+            try c.encode(flow, forKey: .flow)
+        case .signinWait(let flow, let timeoutMs):
+            try c.encode(Op.signinWait.rawValue, forKey: .op)
+            try c.encode(flow, forKey: .flow)
+            try c.encodeIfPresent(timeoutMs, forKey: .timeoutMs)
+        case .subscribe(let accounts):
+            try c.encode(Op.subscribe.rawValue, forKey: .op)
+            try c.encodeIfPresent(accounts, forKey: .accounts)
         case .accountAdd(let addition):
             try c.encode(Op.accountAdd.rawValue, forKey: .op)
             try addition.configuration.encode(to: encoder)

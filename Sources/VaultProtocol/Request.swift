@@ -24,6 +24,13 @@ public enum Command: Sendable {
     case token(TokenRequest)
     case claims(account: String)
     case userinfo(account: String)
+    case signinStart(SignInStart)
+    case signinSubmitCode(flow: String, code: SecretBytes)
+    case signinResendCode(flow: String)
+    case signinSubmitPassword(flow: String, password: SecretBytes)
+    case signinWait(flow: String, timeoutMs: Int?)
+    case signinCancel(flow: String)
+    case subscribe(accounts: [String]?)
 }
 
 /// `account.add`: the configuration plus the secrets that come with it.
@@ -50,4 +57,11 @@ public enum Op: String, CaseIterable, Sendable {
     case token
     case claims
     case userinfo
+    case signinStart = "signin.start"
+    case signinSubmitCode = "signin.submit_code"
+    case signinResendCode = "signin.resend_code"
+    case signinSubmitPassword = "signin.submit_password"
+    case signinWait = "signin.wait"
+    case signinCancel = "signin.cancel"
+    case subscribe
 }

@@ -1,0 +1,188 @@
+import FoundationEssentials
+import NIOHTTP1
+public import VaultCrypto
+import VaultProtocol
+
+/// One authorization request (RFC 6749 §4.1, RFC 7636, RFC 8252): the URL to
+/// open and what the answer must match. The verifier never leaves here.
+public struct AuthorizationRequest: Sendable {
+    public let url: String
+    public let redirectURI: String
+    public let state: String
+    public let nonce: String
+    let verifier: SecretBytes
+}
+
+/// The device authorization response (RFC 8628 §3.2).
+public struct DeviceAuthorization: Sendable {
+    public var deviceCode: SecretBytes
+    public var userCode: String
+    public var verificationURI: String
+    public var verificationURIComplete: String?
+    public var expiresIn: Int
+    public var interval: Int
+}
+
+extension OIDCClient {
+    // MARK: Authorization code + PKCE
+
+    /// Builds an authorization request with PKCE S256, `state` and `nonce`.
+    public nonisolated func authorizationRequest(
+        metadata: ProviderMetadata,
+        clientID: String,
+        redirectURI: String,
+        scopes: [String],
+        loginHint: String? = nil
+    ) throws(ProviderError) -> AuthorizationRequest {
+        guard let endpoint = metadata.authorizationEndpoint else {
+            throw .rejected(error: "unsupported", description: "the issuer has no authorization endpoint")
+        }
+        let verifierText: String
+        let challenge: String
+        let state: String
+        let nonce: String
+        do {
+            verifierText = Base64URL.encode(try randomBytes(32))
+            challenge = Base64URL.encode(try sha256(Array(verifierText.utf8)))
+            state = Base64URL.encode(try randomBytes(32))
+            nonce = Base64URL.encode(try randomBytes(16))
+        } catch {
+            throw .unavailable(reason: "no randomness", retryAfterSeconds: nil)
+        }
+        var fields = [
+            ("response_type", "code"), ("client_id", clientID), ("redirect_uri", redirectURI),
+            ("scope", scopes.joined(separator: " ")), ("state", state), ("nonce", nonce),
+            ("code_challenge", challenge), ("code_challenge_method", "S256"),
+        ]
+        if let loginHint { fields.append(("login_hint", loginHint)) }
+        let query = String(decoding: FormEncoding.encode(fields), as: UTF8.self)
+        let verifier: SecretBytes
+        do {
+            verifier = try SecretBytes(utf8: verifierText)
+        } catch {
+            throw .unavailable(reason: "out of guarded memory", retryAfterSeconds: nil)
+        }
+        return AuthorizationRequest(
+            url: endpoint + (endpoint.contains("?") ? "&" : "?") + query,
+            redirectURI: redirectURI,
+            state: state,
+            nonce: nonce,
+            verifier: verifier
+        )
+    }
+
+    /// Redeems an authorization code with the request's PKCE verifier.
+    public func exchangeCode(
+        _ code: String,
+        for request: AuthorizationRequest,
+        client: ClientCredentials,
+        metadata: ProviderMetadata
+    ) async throws(ProviderError) -> TokenResponse {
+        let fields = [
+            ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", request.redirectURI),
+            ("code_verifier", request.verifier.unsafeString()),
+        ]
+        return try await self.token(fields: fields, client: client, metadata: metadata)
+    }
+
+    // MARK: Password grant
+
+    /// The resource-owner password grant (RFC 6749 §4.3), where an issuer allows it.
+    public func passwordGrant(
+        username: String,
+        password: SecretBytes,
+        scope: String,
+        client: ClientCredentials,
+        metadata: ProviderMetadata
+    ) async throws(ProviderError) -> TokenResponse {
+        let fields = [
+            ("grant_type", "password"), ("username", username), ("password", password.unsafeString()),
+            ("scope", scope),
+        ]
+        return try await self.token(fields: fields, client: client, metadata: metadata)
+    }
+
+    // MARK: Device authorization grant
+
+    /// Asks for a device code (RFC 8628 §3.1).
+    public func deviceAuthorization(
+        scope: String,
+        client: ClientCredentials,
+        metadata: ProviderMetadata
+    ) async throws(ProviderError) -> DeviceAuthorization {
+        guard let endpoint = metadata.deviceAuthorizationEndpoint else {
+            throw .rejected(error: "unsupported", description: "the issuer has no device authorization endpoint")
+        }
+        let (body, headers) = self.authenticated([("scope", scope)], client: client, metadata: metadata)
+        let reply = try await self.send(url: endpoint, method: .POST, headers: headers, body: body)
+        guard reply.status == 200 else {
+            if reply.status == 429 || reply.status >= 500 {
+                throw .unavailable(reason: "device authorization answered HTTP \(reply.status)", retryAfterSeconds: reply.retryAfter)
+            }
+            let failure = try? JSONDecoder().decode(JSONValue.self, from: Data(reply.body))
+            let error = failure?["error"]?.stringValue.map(TokenResponseParser.clean) ?? "http_\(reply.status)"
+            throw .rejected(error: error, description: failure?["error_description"]?.stringValue.map(TokenResponseParser.clean))
+        }
+        guard let document = try? JSONDecoder().decode(JSONValue.self, from: Data(reply.body)),
+            let deviceCode = document["device_code"]?.stringValue,
+            let userCode = document["user_code"]?.stringValue,
+            let verificationURI = (document["verification_uri"] ?? document["verification_url"])?.stringValue
+        else {
+            throw .unavailable(reason: "the device authorization answer is not valid", retryAfterSeconds: nil)
+        }
+        do {
+            return DeviceAuthorization(
+                deviceCode: try SecretBytes(utf8: deviceCode),
+                userCode: TokenResponseParser.clean(userCode),
+                verificationURI: verificationURI,
+                verificationURIComplete: document["verification_uri_complete"]?.stringValue,
+                expiresIn: document["expires_in"]?.intValue ?? 1800,
+                interval: max(1, document["interval"]?.intValue ?? 5)
+            )
+        } catch {
+            throw .unavailable(reason: "out of guarded memory", retryAfterSeconds: nil)
+        }
+    }
+
+    /// One poll of the token endpoint for a device code (RFC 8628 §3.4).
+    /// `authorization_pending`, `slow_down`, `access_denied` and
+    /// `expired_token` come back as `.rejected` with that error.
+    public func pollDevice(
+        _ device: DeviceAuthorization,
+        client: ClientCredentials,
+        metadata: ProviderMetadata
+    ) async throws(ProviderError) -> TokenResponse {
+        let fields = [
+            ("grant_type", "urn:ietf:params:oauth:grant-type:device_code"),
+            ("device_code", device.deviceCode.unsafeString()),
+        ]
+        return try await self.token(fields: fields, client: client, metadata: metadata)
+    }
+}
+
+/// Base64url without padding (RFC 4648 §5), as PKCE and OAuth values use it.
+enum Base64URL {
+    static func encode(_ bytes: [UInt8]) -> String {
+        String(
+            Data(bytes).base64EncodedString().compactMap { character -> Character? in
+                switch character {
+                case "+": "-"
+                case "/": "_"
+                case "=": nil
+                default: character
+                }
+            }
+        )
+    }
+}
+
+extension JSONValue {
+    /// A number, or a number written as a string (seen in the wild for `expires_in`).
+    var intValue: Int? {
+        switch self {
+        case .number(let value) where value.isFinite && abs(value) < 1e12: Int(value)
+        case .string(let text): Int(text)
+        default: nil
+        }
+    }
+}
