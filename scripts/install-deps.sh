@@ -8,6 +8,8 @@ packages=(
     gnome-keyring libsecret-tools dbus         # Secret Service tests
     glewlwyd sqlite3 openssl                   # the third-party OpenID provider in the tests
     util-linux python3                         # setpriv and a stdlib client, for the other-user test
+    tmux                                       # a real terminal for vaultctl's prompts in the tests
+    qrencode                                   # vaultctl signin --device draws its QR code with it
 )
 missing=()
 for p in "${packages[@]}"; do

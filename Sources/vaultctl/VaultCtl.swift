@@ -11,7 +11,7 @@ struct VaultCtl: ParsableCommand {
         commandName: "vaultctl",
         abstract: "Talk to vaultd, the tokenvault daemon.",
         version: TokenVault.version,
-        subcommands: [Status.self, Token.self, Account.self, Import.self, Claims.self, Userinfo.self, Lock.self, Unlock.self]
+        subcommands: [Status.self, SignIn.self, Token.self, Account.self, Import.self, Claims.self, Userinfo.self, Lock.self, Unlock.self]
     )
 }
 
@@ -45,10 +45,14 @@ extension ErrorCode {
     var exitCode: Int32 {
         switch self {
         case .badRequest, .unknownOp, .lineTooLong: 65  // EX_DATAERR
+        case .endOfInput: 66  // EX_NOINPUT
         case .unknownAccount, .notSignedIn, .flowNotFound, .userNotFound: 67  // EX_NOUSER
         case .unavailable: 69  // EX_UNAVAILABLE
-        case .idpUnavailable, .overloaded: 75  // EX_TEMPFAIL
-        case .forbidden, .locked, .reauthRequired, .invalidCredentials: 77  // EX_NOPERM
+        case .idpUnavailable, .overloaded, .codeExpired: 75  // EX_TEMPFAIL
+        case .forbidden, .locked, .reauthRequired, .invalidCredentials, .invalidCode, .tooManyAttempts,
+            .browserRequired:
+            77  // EX_NOPERM
+        case .interrupted: 130  // 128 + SIGINT, as the shell reports it
         default: 70  // EX_SOFTWARE
         }
     }
@@ -64,8 +68,25 @@ enum Output {
         Self.write(2, "vaultctl: error: \(message)\n")
     }
 
+    /// A line for the person at the terminal (what to do next, what happened).
+    static func note(_ text: String) {
+        Self.write(2, text + "\n")
+    }
+
+    /// Text for stderr as it is: a progress line redrawn after `\r`, a QR code.
+    static func toStderr(_ text: String) {
+        Self.write(2, text)
+    }
+
+    static func toStderr(_ bytes: [UInt8]) {
+        Self.write(2, bytes)
+    }
+
     private static func write(_ fd: Int32, _ text: String) {
-        let bytes = Array(text.utf8)
+        Self.write(fd, Array(text.utf8))
+    }
+
+    private static func write(_ fd: Int32, _ bytes: [UInt8]) {
         var offset = 0
         while offset < bytes.count {
             let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress?.advanced(by: offset), $0.count - offset) }

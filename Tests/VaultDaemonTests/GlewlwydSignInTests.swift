@@ -1,7 +1,9 @@
 import Foundation
 import Glibc
+import Logging
 import Testing
 import VaultDaemon
+import VaultOIDC
 
 /// Browser, device and password sign-in against Glewlwyd, a real OpenID
 /// provider; the test plays the user through its login and consent API.
@@ -133,6 +135,8 @@ struct GlewlwydSignInTests {
             defer { Task { await vault.stop() } }
             let client = try LineClient(path: vault.socketPath)
             await self.add(client, provider, client: "confidential-app", secret: secret)
+            let noCodes = try #require(await client.call(#"{"id":0,"op":"signin.start","account":"work","method":"email_otp","username":"ada@example.org"}"#))
+            #expect((noCodes["error"] as? [String: Any])?["error"] as? String == "unsupported", "Glewlwyd has no native authentication: \(noCodes)")
             let wrong = try #require(await client.call(#"{"id":1,"op":"signin.start","account":"work","method":"password","username":"ada","password":"wrong horse"}"#))
             #expect(wrong.errorCode == "invalid_credentials", "\(wrong)")
             let started = try #require(await client.call(#"{"id":2,"op":"signin.start","account":"work","method":"password","username":"ada"}"#))
@@ -143,6 +147,68 @@ struct GlewlwydSignInTests {
             let done = try #require(await client.call(#"{"id":4,"op":"signin.submit_password","flow":"\#(flow)","password":"correct horse"}"#))
             #expect(done["state"] as? String == "signed_in", "\(done)")
             #expect(await client.call(#"{"id":5,"op":"token","account":"work"}"#)?["ok"] as? Bool == true)
+        }
+    }
+
+    @Test func vaultctlSignsInWithAPasswordFromStdin() async throws {
+        try await Glewlwyd.with { provider in
+            let secret = try #require(provider.env["GLEWLWYD_CONFIDENTIAL_CLIENT_SECRET"])
+            let daemon = try DaemonProcess(folder: try temporaryFolder())
+            defer { Task { _ = await daemon.terminate() } }
+            #expect(await daemon.waitForLog("listening"))
+            let env = ["TOKENVAULT_SOCKET": daemon.socketPath]
+            let added = try await runTool(
+                "vaultctl",
+                ["account", "add", "work", "--issuer", provider.issuer, "--client-id", "confidential-app", "--client-secret",
+                 "--scope", "openid", "--scope", "offline_access", "--scope", "email"],
+                input: secret + "\n",
+                environment: env
+            )
+            #expect(added.status == 0, "\(added.stderr)")
+            let refused = try await runTool("vaultctl", ["signin", "work", "--password", "--username", "ada"], input: "wrong horse\n", environment: env)
+            #expect(refused.status == 77, "\(refused.stderr)")
+            #expect(refused.stderr.contains("vaultctl: error:"), "\(refused.stderr)")
+            let signedIn = try await runTool("vaultctl", ["signin", "work", "--password", "--username", "ada"], input: "correct horse\n", environment: env)
+            #expect(signedIn.status == 0, "\(signedIn.stderr)")
+            #expect(signedIn.stdout == "Signed in to work as ada@example.org.\n", "\(signedIn.stdout)")
+            #expect(!signedIn.stderr.contains("correct horse"))
+            let token = try await runTool("vaultctl", ["token", "work"], environment: env)
+            #expect(token.status == 0, "\(token.stderr)")
+        }
+    }
+}
+
+/// PKCE as Glewlwyd enforces it: a code redeems only with its own verifier.
+@Suite(.timeLimit(.minutes(2)))
+struct GlewlwydPKCETests {
+    @Test func aCodeDoesNotRedeemWithAnotherVerifier() async throws {
+        try await Glewlwyd.with { provider in
+            let oidc = OIDCClient(logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+            let metadata = try await oidc.metadata(for: provider.issuer, now: Date().timeIntervalSince1970)
+            let redirect = try #require(provider.env["GLEWLWYD_REDIRECT_URI"])
+            let client = ClientCredentials(clientID: "public-app", secret: nil)
+            func request() throws -> AuthorizationRequest {
+                try oidc.authorizationRequest(metadata: metadata, clientID: "public-app", redirectURI: redirect, scopes: ["openid", "offline_access"])
+            }
+            func code(for request: AuthorizationRequest) async throws -> String {
+                let result = try await runTool(
+                    packageRoot + "/scripts/glewlwyd/browser.py",
+                    ["--issuer", provider.issuer, "--url", request.url, "--no-visit"]
+                )
+                #expect(result.status == 0, "\(result.stderr)")
+                let object = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+                let location = try #require(object["location"] as? String)
+                let code = URLComponents(string: location)?.queryItems?.first { $0.name == "code" }?.value
+                return try #require(code, "\(location)")
+            }
+            let first = try request()
+            let other = try request()
+            await #expect(throws: ProviderError.self, "another request's verifier is refused") {
+                try await oidc.exchangeCode(try await code(for: first), for: other, client: client, metadata: metadata)
+            }
+            let second = try request()
+            let tokens = try await oidc.exchangeCode(try await code(for: second), for: second, client: client, metadata: metadata)
+            #expect(tokens.refreshToken != nil)
         }
     }
 }

@@ -3,7 +3,7 @@
 
   browser.py --issuer ISSUER --url AUTHORIZATION_URL
              [--username ada --password 'correct horse']
-             [--deny | --wrong-state] [--timeout 30]
+             [--deny | --wrong-state | --no-visit] [--timeout 30]
 
 AUTHORIZATION_URL is what the client would open in a browser: the provider's
 authorization endpoint with response_type, client_id, redirect_uri, scope,
@@ -21,6 +21,8 @@ Default: signs in through Glewlwyd's login API (POST /api/auth/), grants
   state=STATE itself, what a browser brings back when the user declines.
 --wrong-state: the real code flow, but the state in the Location is replaced
   by a different value before the loopback listener is visited.
+--no-visit: the real code flow, but only {"location": the redirect} is
+  printed; nothing need listen on redirect_uri.
 
 Prints one JSON object on stdout:
   {"status": HTTP status of the loopback page, "body": its text,
@@ -109,6 +111,8 @@ def main():
                       help="skip the provider; bring error=access_denied back to redirect_uri")
     mode.add_argument("--wrong-state", action="store_true",
                       help="real code flow, but visit the loopback with a tampered state")
+    mode.add_argument("--no-visit", action="store_true",
+                      help="real code flow, but only print the redirect; nothing need listen on redirect_uri")
     ap.add_argument("--timeout", type=float, default=30.0,
                     help="seconds to wait for each HTTP answer (default 30)")
     args = ap.parse_args()
@@ -132,6 +136,9 @@ def main():
             out["original_location"] = location
             state = query_params(location).get("state", "")
             location = replace_param(location, "state", state + "-tampered-" + random_string(6))
+        elif args.no_visit:
+            print(json.dumps({"location": location}))
+            sys.exit(0)
     status, body = visit_loopback(location, args.timeout)
     result = {"status": status, "body": body, "location": location}
     result.update(out)

@@ -107,6 +107,7 @@ def plugin_parameters(args):
         "auth-type-refresh-enabled": True,
         "pkce-allowed": True,
         "pkce-method-plain-allowed": False,
+        "pkce-required": True,
         "introspection-revocation-allowed": True,
         "introspection-revocation-allow-target-client": True,
         "session-management-allowed": True,

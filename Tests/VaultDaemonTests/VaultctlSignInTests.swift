@@ -1,0 +1,113 @@
+import Foundation
+import Testing
+import VaultTestIssuer
+
+/// `vaultctl signin` as a person and a script use it, against a live vaultd.
+@Suite(.timeLimit(.minutes(1)))
+struct VaultctlSignInTests {
+    static let email = "ada@example.org"
+
+    func daemon(with issuer: TestIssuer) async throws -> DaemonProcess {
+        issuer.addNativeUser(Self.email)
+        let daemon = try DaemonProcess(folder: try temporaryFolder())
+        #expect(await daemon.waitForLog("listening"))
+        let added = try await runTool(
+            "vaultctl",
+            ["account", "add", "work", "--issuer", issuer.issuer, "--client-id", TestIssuer.clientID, "--scope", "openid", "--scope", "offline_access"],
+            environment: ["TOKENVAULT_SOCKET": daemon.socketPath]
+        )
+        #expect(added.status == 0, "\(added.stderr)")
+        return daemon
+    }
+
+    /// A terminal of its own (a tmux server on a private socket), read and
+    /// typed into as a person would.
+    struct Terminal {
+        let name = "tv-" + String(UUID().uuidString.prefix(8))
+
+        func tmux(_ arguments: [String]) async throws -> ToolResult {
+            try await runTool("/usr/bin/tmux", ["-L", self.name] + arguments)
+        }
+
+        func screen() async throws -> String {
+            try await self.tmux(["capture-pane", "-p", "-t", "s"]).stdout
+        }
+
+        /// Polls the screen, with a deadline, until it shows `text`.
+        func waitFor(_ text: String, seconds: Double = 20) async throws -> String {
+            let deadline = Date().addingTimeInterval(seconds)
+            var shown = ""
+            while Date() < deadline {
+                shown = try await self.screen()
+                if shown.contains(text) { return shown }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            Issue.record("the terminal never showed '\(text)'; it shows:\n\(shown)")
+            return shown
+        }
+
+        func type(_ text: String) async throws {
+            _ = try await self.tmux(["send-keys", "-t", "s", "-l", text])
+            _ = try await self.tmux(["send-keys", "-t", "s", "Enter"])
+        }
+    }
+
+    @Test func anInteractiveEmailSignInRecoversFromAWrongCode() async throws {
+        let issuer = try await TestIssuer.start()
+        let daemon = try await self.daemon(with: issuer)
+        let terminal = Terminal()
+        let command = "TOKENVAULT_SOCKET=\(daemon.socketPath) \(productsDirectory)/vaultctl signin work --email \(Self.email); echo EXIT=$?; sleep 60"
+        let started = try await terminal.tmux(["new-session", "-d", "-s", "s", "-x", "120", "-y", "30", command])
+        #expect(started.status == 0, "\(started.stderr)")
+        defer { Task { _ = try? await terminal.tmux(["kill-server"]); _ = await daemon.terminate(); await issuer.stop() } }
+
+        let prompt = try await terminal.waitFor("Code (or r to send a new one):")
+        #expect(prompt.contains("An 8-digit code was sent by email to a**@example.org."), "\(prompt)")
+        let code = try #require(issuer.lastCode(for: Self.email))
+        let wrong = code == "00000000" ? "11111111" : "00000000"
+        try await terminal.type(wrong)
+        _ = try await terminal.waitFor("That code is not right; 4 attempts left.")
+        try await terminal.type(code)
+        let done = try await terminal.waitFor("EXIT=")
+        #expect(done.contains("Signed in to work as \(Self.email)."), "\(done)")
+        #expect(done.contains("EXIT=0"), "\(done)")
+        #expect(!done.contains(code) && !done.contains(wrong), "codes are read without echo")
+
+        let token = try await runTool("vaultctl", ["token", "work"], environment: ["TOKENVAULT_SOCKET": daemon.socketPath])
+        #expect(token.status == 0, "\(token.stderr)")
+    }
+
+    @Test func aScriptGivesCodesOnStdin() async throws {
+        let issuer = try await TestIssuer.start()
+        let daemon = try await self.daemon(with: issuer)
+        defer { Task { _ = await daemon.terminate(); await issuer.stop() } }
+        // The code is not known before the sign-in starts, so this script
+        // has only wrong ones: each is refused, then stdin ends.
+        let result = try await runTool(
+            "vaultctl",
+            ["signin", "work", "--email", Self.email],
+            input: "0000000\n00000000\n",
+            environment: ["TOKENVAULT_SOCKET": daemon.socketPath]
+        )
+        #expect(result.status != 0)
+        #expect(result.stdout.isEmpty)
+        #expect(result.stderr.contains("vaultctl: error: stdin ended"), "\(result.stderr)")
+        #expect(result.stderr.contains("attempts left"), "\(result.stderr)")
+        let status = try await runTool("vaultctl", ["status", "--json"], environment: ["TOKENVAULT_SOCKET": daemon.socketPath])
+        #expect(status.stdout.contains(#""signed_in":false"#), "\(status.stdout)")
+    }
+
+    @Test func anUnknownUserIsOneClearError() async throws {
+        let issuer = try await TestIssuer.start()
+        let daemon = try await self.daemon(with: issuer)
+        defer { Task { _ = await daemon.terminate(); await issuer.stop() } }
+        let result = try await runTool(
+            "vaultctl",
+            ["signin", "work", "--email", "nobody@example.org", "--json"],
+            environment: ["TOKENVAULT_SOCKET": daemon.socketPath]
+        )
+        #expect(result.status == 67, "EX_NOUSER: \(result.stderr)")
+        #expect(result.stderr.hasPrefix("vaultctl: error: "), "\(result.stderr)")
+        #expect(result.stderr.split(separator: "\n").count == 1)
+    }
+}
