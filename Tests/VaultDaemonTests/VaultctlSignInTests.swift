@@ -9,7 +9,7 @@ struct VaultctlSignInTests {
 
     func daemon(with issuer: TestIssuer) async throws -> DaemonProcess {
         issuer.addNativeUser(Self.email)
-        let daemon = try DaemonProcess(folder: try temporaryFolder())
+        let daemon = try DaemonProcess(folder: try temporaryFolder(), arguments: ["--log-level", "trace"])
         #expect(await daemon.waitForLog("listening"))
         let added = try await runTool(
             "vaultctl",
@@ -75,6 +75,10 @@ struct VaultctlSignInTests {
 
         let token = try await runTool("vaultctl", ["token", "work"], environment: ["TOKENVAULT_SOCKET": daemon.socketPath])
         #expect(token.status == 0, "\(token.stderr)")
+        let log = daemon.output
+        #expect(log.contains("signed in"), "\(log)")
+        #expect(!log.contains(code) && !log.contains("ct-"), "no code or continuation token in the trace-level log")
+        #expect(!log.contains(token.stdout.trimmingCharacters(in: .newlines)), "no access token in the log")
     }
 
     @Test func aScriptGivesCodesOnStdin() async throws {
