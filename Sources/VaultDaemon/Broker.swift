@@ -9,6 +9,9 @@ public import VaultStore
 /// ordered; the store's blocking work runs on the I/O thread pool.
 public actor Broker {
     let store: any SecretStore
+    /// Other backends that may hold an account's secrets (left there by an
+    /// earlier configuration): sign-out empties them too.
+    let alsoWipe: [any SecretStore]
     let directory: AccountDirectory
     let keySource: KeySource?
     let oidc: OIDCClient
@@ -42,6 +45,7 @@ public actor Broker {
 
     public init(
         store: any SecretStore,
+        alsoWipe: [any SecretStore] = [],
         directory: AccountDirectory,
         keySource: KeySource?,
         oidc: OIDCClient,
@@ -49,6 +53,7 @@ public actor Broker {
         logger: Logger
     ) throws(VaultError) {
         self.store = store
+        self.alsoWipe = alsoWipe
         self.directory = directory
         self.keySource = keySource
         self.oidc = oidc
@@ -154,20 +159,29 @@ public actor Broker {
         )
     }
 
+    /// Signs the account out (revoking its refresh token), then forgets it
+    /// and whatever secret it still had (a client secret).
     public func remove(_ name: String) async throws(VaultError) -> RemovalResult {
         guard self.accounts[name] != nil else { throw Self.unknownAccount(name) }
-        var wiped = ["memory"]
+        var receipt = SignOutReceipt(name: name, revoked: "no", wiped: ["memory"])
+        if !self.store.isLocked {
+            receipt = try await self.signOut(name).0
+        }
         self.forgetSecrets(of: name)
-        do {
-            if try await self.store.remove(name) { wiped.append(self.store.backend.rawValue) }
-        } catch {
-            throw Self.wire(error)
+        var wiped = Set(receipt.wiped)
+        for store in [self.store] + self.alsoWipe {
+            do {
+                if try await store.remove(name) { wiped.insert(store.backend.rawValue) }
+            } catch {
+                throw Self.wire(error)
+            }
         }
         self.accounts[name] = nil
         self.cache.remove(account: name)
         try await self.directory.save(self.configurations)
-        self.logger.info("account removed", metadata: ["account": "\(name)", "wiped": "\(wiped)"])
-        return RemovalResult(account: name, wiped: wiped)
+        let places = ["memory", "file", "keyring"].filter(wiped.contains)
+        self.logger.info("account removed", metadata: ["account": "\(name)", "wiped": "\(places)"])
+        return RemovalResult(account: name, wiped: places, revoked: receipt.revoked)
     }
 
     public func lock() async {

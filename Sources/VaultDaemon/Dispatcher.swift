@@ -90,6 +90,14 @@ public struct Dispatcher: Sendable {
             return self.later(id) { () throws(VaultError) in try await self.signIns.wait(flow: flow, timeoutMs: timeoutMs) }
         case .signinCancel(let flow):
             return self.later(id) { () throws(VaultError) in try await self.signIns.cancel(flow: flow) }
+        case .signout(let target):
+            return self.later(id) { () throws(VaultError) in
+                switch target {
+                case .account(let name): await self.signIns.cancelAll(account: name)
+                case .all: await self.signIns.cancelAll()
+                }
+                return try await self.broker.signOut(target)
+            }
         case .subscribe(let accounts):
             return .subscribe(Response(id: id, SubscribeResult(accounts: accounts)), accounts: accounts)
         case .unlock(let passphrase):

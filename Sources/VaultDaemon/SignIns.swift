@@ -544,9 +544,11 @@ public actor SignIns {
         return EmptyResult()
     }
 
-    /// Ends every flow of an account (it was removed or signed out).
-    public func cancelAll(account: String) {
-        for flow in self.flows.values where flow.account == account { self.end(flow.id, step: .cancelled) }
+    /// Ends every flow of an account (it was removed or signed out), or of every account.
+    public func cancelAll(account: String? = nil) {
+        for flow in self.flows.values where account == nil || flow.account == account {
+            self.end(flow.id, step: .cancelled)
+        }
     }
 
     /// Flows in progress; tests wait on this instead of on time.

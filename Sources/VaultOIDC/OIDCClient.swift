@@ -16,6 +16,9 @@ public actor OIDCClient {
     public struct Configuration: Sendable {
         /// The whole of one HTTP exchange, connection to last byte.
         public var timeout: TimeAmount = .seconds(15)
+        /// A revocation at sign-out: the user waits on it, and everything
+        /// local is wiped whatever it answers.
+        public var revocationTimeout: TimeAmount = .seconds(5)
         /// Bodies larger than this are refused, not buffered.
         public var maximumBodyBytes = 1 << 20
         /// How long a discovery document is trusted before it is fetched again.
@@ -27,7 +30,7 @@ public actor OIDCClient {
     }
 
     private let http: HTTPClient
-    private let configuration: Configuration
+    let configuration: Configuration
     private let logger: Logger
     private var discovered: [String: (metadata: ProviderMetadata, fetchedAt: Double)] = [:]
     private var keySets: [String: KeySet] = [:]
@@ -242,7 +245,8 @@ public actor OIDCClient {
         url: String,
         method: HTTPMethod,
         headers: HTTPHeaders = HTTPHeaders(),
-        body: [UInt8]? = nil
+        body: [UInt8]? = nil,
+        timeout: TimeAmount? = nil
     ) async throws(ProviderError) -> Reply {
         var request = HTTPClientRequest(url: url)
         request.method = method
@@ -250,7 +254,7 @@ public actor OIDCClient {
         request.headers.add(name: "Accept", value: "application/json")
         if let body { request.body = .bytes(ByteBuffer(bytes: body)) }
         do {
-            let response = try await self.http.execute(request, timeout: self.configuration.timeout, logger: nil)
+            let response = try await self.http.execute(request, timeout: timeout ?? self.configuration.timeout, logger: nil)
             var buffer = try await response.body.collect(upTo: self.configuration.maximumBodyBytes)
             let bytes = buffer.readBytes(length: buffer.readableBytes) ?? []
             buffer.withUnsafeMutableReadableBytes { secureZero($0) }

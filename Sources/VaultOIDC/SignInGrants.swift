@@ -186,3 +186,50 @@ extension JSONValue {
         }
     }
 }
+
+/// What became of a revocation request (RFC 7009).
+public enum Revocation: String, Sendable {
+    /// The issuer answered 200: the token is dead.
+    case yes
+    /// The issuer has no revocation endpoint.
+    case unsupported
+    /// The issuer could not be reached, or refused.
+    case failed
+}
+
+extension OIDCClient {
+    /// Revokes a refresh token at the issuer (RFC 7009 §2.1), with client
+    /// authentication where the client has a secret.
+    public func revoke(
+        refreshToken: SecretBytes,
+        client: ClientCredentials,
+        metadata: ProviderMetadata
+    ) async -> (Revocation, reason: String?) {
+        guard let endpoint = metadata.revocationEndpoint else { return (.unsupported, nil) }
+        var (body, headers) = self.authenticated(
+            [("token", refreshToken.unsafeString()), ("token_type_hint", "refresh_token")],
+            client: client,
+            metadata: metadata
+        )
+        defer { body.secureZero() }
+        do {
+            let reply = try await self.send(
+                url: endpoint, method: .POST, headers: headers, body: body, timeout: self.configuration.revocationTimeout
+            )
+            guard reply.status == 200 else { return (.failed, "the revocation endpoint answered HTTP \(reply.status)") }
+            return (.yes, nil)
+        } catch {
+            if case .unavailable(let reason, _) = error { return (.failed, reason) }
+            return (.failed, "\(error)")
+        }
+    }
+
+    /// The issuer's end-session URL (OpenID RP-Initiated Logout), for the
+    /// browser session that sign-in may have left behind.
+    public nonisolated func endSessionURL(metadata: ProviderMetadata, clientID: String, idToken: SecretBytes?) -> String? {
+        guard let endpoint = metadata.endSessionEndpoint else { return nil }
+        var fields = [("client_id", clientID)]
+        if let idToken { fields.append(("id_token_hint", idToken.unsafeString())) }
+        return endpoint + (endpoint.contains("?") ? "&" : "?") + String(decoding: FormEncoding.encode(fields), as: UTF8.self)
+    }
+}

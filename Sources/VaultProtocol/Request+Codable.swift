@@ -3,7 +3,7 @@ import VaultCrypto
 
 extension Request: Decodable {
     private enum Key: String, CodingKey {
-        case id, op, name, passphrase, account, scope, method, username, password, flow, code, accounts
+        case id, op, name, passphrase, account, scope, method, username, password, flow, code, accounts, all
         case timeoutMs = "timeout_ms"
         case minTTL = "min_ttl"
         case forceRefresh = "force_refresh"
@@ -80,6 +80,14 @@ extension Request: Decodable {
             return .signinWait(flow: try c.decode(String.self, forKey: .flow), timeoutMs: timeout)
         case .subscribe:
             return .subscribe(accounts: try c.decodeIfPresent([String].self, forKey: .accounts))
+        case .signout:
+            let all = try c.decodeIfPresent(Bool.self, forKey: .all) ?? false
+            let account = try c.decodeIfPresent(String.self, forKey: .account)
+            switch (account, all) {
+            case (let name?, false): return .signout(.account(name))
+            case (nil, true): return .signout(.all)
+            default: throw VaultError(.badRequest, "signout takes an 'account' or 'all': true, not both")
+            }
         case .accountAdd:
             return .accountAdd(
                 AccountAddition(
@@ -185,6 +193,12 @@ extension Request: Encodable {
         case .subscribe(let accounts):
             try c.encode(Op.subscribe.rawValue, forKey: .op)
             try c.encodeIfPresent(accounts, forKey: .accounts)
+        case .signout(let target):
+            try c.encode(Op.signout.rawValue, forKey: .op)
+            switch target {
+            case .account(let name): try c.encode(name, forKey: .account)
+            case .all: try c.encode(true, forKey: .all)
+            }
         case .accountAdd(let addition):
             try c.encode(Op.accountAdd.rawValue, forKey: .op)
             try addition.configuration.encode(to: encoder)

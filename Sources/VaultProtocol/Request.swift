@@ -31,6 +31,7 @@ public enum Command: Sendable {
     case signinWait(flow: String, timeoutMs: Int?)
     case signinCancel(flow: String)
     case subscribe(accounts: [String]?)
+    case signout(SignOutTarget)
 }
 
 /// `account.add`: the configuration plus the secrets that come with it.
@@ -64,4 +65,5 @@ public enum Op: String, CaseIterable, Sendable {
     case signinWait = "signin.wait"
     case signinCancel = "signin.cancel"
     case subscribe
+    case signout
 }

@@ -130,14 +130,17 @@ public struct AccountResult: ResultPayload, Equatable {
     }
 }
 
-/// `account.remove`: which places the account's secrets were wiped from.
+/// `account.remove`: which places the account's secrets were wiped from, and whether its refresh token was revoked.
 public struct RemovalResult: ResultPayload, Equatable {
     public var account: String
     public var wiped: [String]
+    /// As in `signout`: whether the refresh token was revoked at the issuer.
+    public var revoked: String?
 
-    public init(account: String, wiped: [String]) {
+    public init(account: String, wiped: [String], revoked: String? = nil) {
         self.account = account
         self.wiped = wiped
+        self.revoked = revoked
     }
 }
 

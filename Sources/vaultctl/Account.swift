@@ -62,7 +62,8 @@ struct Account: ParsableCommand {
                 let reply = try vault.send(.accountRemove(name: self.name))
                 if self.connection.json { return self.connection.printJSON(reply) }
                 let removal = try Output.field(RemovalResult.self, of: reply)
-                Output.line("removed \(removal.account); secrets wiped from: \(removal.wiped.joined(separator: ", "))")
+                let revoked = removal.revoked == "yes" ? "; refresh token revoked at the issuer" : ""
+                Output.line("removed \(removal.account); secrets wiped from: \(removal.wiped.joined(separator: ", "))\(revoked)")
             }
         }
     }

@@ -1,0 +1,44 @@
+/// `signout`: one account, or every account.
+public enum SignOutTarget: Sendable, Equatable {
+    case account(String)
+    case all
+}
+
+/// What `signout` did for one account's copies of its tokens.
+public struct SignOutReceipt: Codable, Sendable, Equatable {
+    public var name: String
+    /// `yes`, `no` (nothing to revoke), `unsupported` (no revocation
+    /// endpoint) or `failed` (the issuer could not be reached or refused).
+    public var revoked: String
+    /// Why revocation failed, when it did.
+    public var reason: String?
+    /// Every place a secret was removed from: `memory`, `file`, `keyring`.
+    public var wiped: [String]
+    /// Where to end the browser session the issuer may still hold.
+    public var endSessionURL: String?
+
+    public init(name: String, revoked: String, reason: String? = nil, wiped: [String], endSessionURL: String? = nil) {
+        self.name = name
+        self.revoked = revoked
+        self.reason = reason
+        self.wiped = wiped
+        self.endSessionURL = endSessionURL
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case name, revoked, reason, wiped
+        case endSessionURL = "end_session_url"
+    }
+}
+
+/// `signout`'s result: a receipt per account, and how many subscribers were told.
+public struct SignOutResult: ResultPayload, Equatable {
+    public var accounts: [SignOutReceipt]
+    /// Subscribers told `signed_out`, added up over the accounts.
+    public var notified: Int
+
+    public init(accounts: [SignOutReceipt], notified: Int) {
+        self.accounts = accounts
+        self.notified = notified
+    }
+}

@@ -1,0 +1,57 @@
+import ArgumentParser
+import VaultClient
+import VaultProtocol
+
+struct SignOut: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "signout",
+        abstract: "Sign out: revoke the refresh token and wipe every copy of the tokens.",
+        discussion: """
+            Revokes the refresh token at the issuer where it offers revocation, removes the \
+            account's tokens from memory, the vault file and the keyring, and tells every \
+            subscribed program to drop its copies. The account stays, ready to sign in again; \
+            a revocation that fails still wipes every local copy, and says so.
+            """
+    )
+
+    @OptionGroup var connection: Connection
+
+    @Argument(help: "The account to sign out.")
+    var account: String?
+
+    @Flag(help: "Sign out of every account.")
+    var all = false
+
+    func validate() throws {
+        guard (self.account != nil) != self.all else {
+            throw ValidationError("name one account, or give --all")
+        }
+    }
+
+    func run() throws {
+        let target: SignOutTarget = self.account.map { .account($0) } ?? .all
+        try self.connection.run { (vault) throws(VaultError) in
+            let reply = try vault.send(.signout(target))
+            if self.connection.json { return self.connection.printJSON(reply) }
+            let result = try Output.field(SignOutResult.self, of: reply)
+            if result.accounts.isEmpty { Output.line("no accounts to sign out of") }
+            for receipt in result.accounts {
+                Output.line("signed out of \(receipt.name): \(Self.revocation(receipt)); wiped from \(receipt.wiped.joined(separator: ", "))")
+                if let url = receipt.endSessionURL {
+                    Output.line("  to end the issuer's browser session too, open: \(url)")
+                }
+            }
+            let programs = result.notified == 1 ? "1 subscribed program was" : "\(result.notified) subscribed programs were"
+            Output.line("\(programs) told")
+        }
+    }
+
+    private static func revocation(_ receipt: SignOutReceipt) -> String {
+        switch receipt.revoked {
+        case "yes": "refresh token revoked at the issuer"
+        case "no": "was not signed in"
+        case "unsupported": "the issuer offers no revocation; the refresh token lives until it expires"
+        default: "revocation failed (\(receipt.reason ?? "no reason given")); the refresh token may live until it expires"
+        }
+    }
+}
