@@ -21,6 +21,8 @@ public final class VaultClient: Sendable {
     private struct State {
         var nextID: Int64 = 1
         var waiting: [Int64: CheckedContinuation<Data, any Error>] = [:]
+        var streams: [Int: AsyncStream<Event>.Continuation] = [:]
+        var nextStream = 0
         var closed: VaultError?
     }
 
@@ -97,6 +99,34 @@ public final class VaultClient: Sendable {
         try await self.call(.token(TokenRequest(account: account, scopes: scopes, minTTL: minTTL)), as: TokenResult.self)
     }
 
+    /// Subscribes this connection to vaultd's events for `accounts` (nil:
+    /// every account) and returns them as they come: sign-in steps,
+    /// `signed_in`, `token_refreshed`, `reauth_required`, `signed_out`. The
+    /// stream ends when the connection does.
+    public func events(accounts: [String]? = nil) async throws(VaultError) -> AsyncStream<Event> {
+        let (stream, continuation) = AsyncStream<Event>.makeStream(bufferingPolicy: .bufferingNewest(1024))
+        let key = self.state.withLock { state -> Int? in
+            guard state.closed == nil else { return nil }
+            defer { state.nextStream += 1 }
+            state.streams[state.nextStream] = continuation
+            return state.nextStream
+        }
+        guard let key else {
+            continuation.finish()
+            throw VaultError(.unavailable, "vaultd closed the connection")
+        }
+        continuation.onTermination = { [weak self] _ in
+            _ = self?.state.withLock { $0.streams.removeValue(forKey: key) }
+        }
+        do {
+            _ = try await self.send(.subscribe(accounts: accounts))
+        } catch {
+            continuation.finish()
+            throw error
+        }
+        return stream
+    }
+
     private func write(_ data: Data) -> Bool {
         // One writer at a time, so lines never interleave.
         self.state.withLock { _ in
@@ -132,18 +162,26 @@ public final class VaultClient: Sendable {
             }
         }
         let closed = VaultError(.unavailable, "vaultd closed the connection")
-        let waiting = self.state.withLock { state -> [CheckedContinuation<Data, any Error>] in
+        let (waiting, streams) = self.state.withLock { state in
             state.closed = closed
-            defer { state.waiting = [:] }
-            return Array(state.waiting.values)
+            defer {
+                state.waiting = [:]
+                state.streams = [:]
+            }
+            return (Array(state.waiting.values), Array(state.streams.values))
         }
         for continuation in waiting { continuation.resume(throwing: closed) }
+        for stream in streams { stream.finish() }
     }
 
     private func deliver(_ line: Data) {
-        guard let head = try? LineCodec.head(of: line), head.event == nil, case .number(let id) = head.id else {
+        guard let head = try? LineCodec.head(of: line) else { return }
+        if head.event != nil {
+            guard let event = try? LineCodec.event(from: line) else { return }
+            for stream in self.state.withLock({ Array($0.streams.values) }) { stream.yield(event) }
             return
         }
+        guard case .number(let id) = head.id else { return }
         guard let continuation = self.state.withLock({ $0.waiting.removeValue(forKey: id) }) else { return }
         if let error = head.error {
             continuation.resume(throwing: error)

@@ -76,6 +76,29 @@ extension Broker {
         self.accounts[account]?.waiting ?? 0
     }
 
+    /// `refresh_token`: hands the refresh token itself to a companion, only
+    /// where the account says `release_refresh_token` and only to a program
+    /// in its `allowed_clients`. Every release is an audit line (who, when,
+    /// which account; never the token).
+    public func releaseRefreshToken(account name: String, for peer: Peer) throws(VaultError) -> RefreshTokenResult {
+        guard let account = self.accounts[name] else { throw Self.unknownAccount(name) }
+        let configuration = account.configuration
+        guard configuration.releaseRefreshToken else {
+            self.logger.notice("refresh token withheld", metadata: ["account": "\(name)", "exe": "\(peer.executable ?? "?")", "pid": "\(peer.pid)"])
+            throw VaultError(.forbidden, "'\(name)' does not release its refresh token; its release_refresh_token is off")
+        }
+        guard !configuration.allowedClients.isEmpty, let exe = peer.executable, configuration.allowedClients.contains(exe) else {
+            self.logger.notice("refresh token withheld", metadata: ["account": "\(name)", "exe": "\(peer.executable ?? "?")", "pid": "\(peer.pid)"])
+            throw VaultError(.forbidden, "'\(name)' releases its refresh token only to the programs in its allowed_clients")
+        }
+        try self.checkSignedIn(name)
+        guard let refreshToken = self.accounts[name]?.secrets.refreshToken else {
+            throw VaultError(.notSignedIn, "'\(name)' is not signed in; sign in with: vaultctl signin \(name)")
+        }
+        self.logger.notice("refresh token released", metadata: ["account": "\(name)", "exe": "\(exe)", "pid": "\(peer.pid)"])
+        return RefreshTokenResult(refreshToken: refreshToken)
+    }
+
     /// `claims`: the account's last validated ID token.
     public func claims(account name: String, for peer: Peer) throws(VaultError) -> ClaimsResult {
         guard let account = self.accounts[name] else { throw Self.unknownAccount(name) }

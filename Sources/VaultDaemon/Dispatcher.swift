@@ -90,6 +90,8 @@ public struct Dispatcher: Sendable {
             return self.later(id) { () throws(VaultError) in try await self.signIns.wait(flow: flow, timeoutMs: timeoutMs) }
         case .signinCancel(let flow):
             return self.later(id) { () throws(VaultError) in try await self.signIns.cancel(flow: flow) }
+        case .refreshToken(let account):
+            return self.later(id) { () throws(VaultError) in try await self.broker.releaseRefreshToken(account: account, for: peer) }
         case .signout(let target):
             return self.later(id) { () throws(VaultError) in
                 switch target {

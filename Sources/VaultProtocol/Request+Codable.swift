@@ -38,6 +38,7 @@ extension Request: Decodable {
         case .accountRemove: return .accountRemove(name: try c.decode(String.self, forKey: .name))
         case .claims: return .claims(account: try c.decode(String.self, forKey: .account))
         case .userinfo: return .userinfo(account: try c.decode(String.self, forKey: .account))
+        case .refreshToken: return .refreshToken(account: try c.decode(String.self, forKey: .account))
         case .token:
             let minTTL = try c.decodeIfPresent(Int.self, forKey: .minTTL) ?? TokenRequest.defaultMinTTL
             guard (0...86_400).contains(minTTL) else {
@@ -159,6 +160,9 @@ extension Request: Encodable {
             try c.encode(account, forKey: .account)
         case .userinfo(let account):
             try c.encode(Op.userinfo.rawValue, forKey: .op)
+            try c.encode(account, forKey: .account)
+        case .refreshToken(let account):
+            try c.encode(Op.refreshToken.rawValue, forKey: .op)
             try c.encode(account, forKey: .account)
         case .token(let request):
             try c.encode(Op.token.rawValue, forKey: .op)

@@ -32,6 +32,7 @@ public enum Command: Sendable {
     case signinCancel(flow: String)
     case subscribe(accounts: [String]?)
     case signout(SignOutTarget)
+    case refreshToken(account: String)
 }
 
 /// `account.add`: the configuration plus the secrets that come with it.
@@ -66,4 +67,5 @@ public enum Op: String, CaseIterable, Sendable {
     case signinCancel = "signin.cancel"
     case subscribe
     case signout
+    case refreshToken = "refresh_token"
 }

@@ -44,6 +44,30 @@ public struct TokenResult: ResultPayload {
     }
 }
 
+/// `refresh_token`: the account's refresh token, released to a trusted
+/// companion (MSAL's `returnRefreshToken`).
+public struct RefreshTokenResult: ResultPayload {
+    public var refreshToken: SecretBytes
+
+    public init(refreshToken: SecretBytes) {
+        self.refreshToken = refreshToken
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case refreshToken = "refresh_token"
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        self.refreshToken = try SecretBytes(utf8: try c.decode(String.self, forKey: .refreshToken))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(self.refreshToken.unsafeString(), forKey: .refreshToken)
+    }
+}
+
 /// `claims`: the claims of the account's last validated ID token.
 public struct ClaimsResult: ResultPayload {
     public var claims: JSONValue
