@@ -1,7 +1,7 @@
 import FoundationEssentials
 public import NIOPosix
 public import VaultProtocol
-import VaultStore
+public import VaultStore
 
 /// The account configurations, kept in one JSON file a person can read and
 /// edit (`accounts.json`). Secrets never go here.
@@ -16,24 +16,36 @@ public struct AccountDirectory: Sendable {
 
     private struct File: Codable {
         var version = 1
+        /// Where the accounts' secrets rest (`file` or `keyring`), so the
+        /// `auto` backend finds them where they were left.
+        var backend: String?
         var accounts: [AccountConfiguration]
     }
 
     /// Reads the file at start-up; a missing file is an empty directory.
     public func load() throws(VaultError) -> [AccountConfiguration] {
+        try self.read()?.accounts ?? []
+    }
+
+    /// The backend the file says holds the secrets, if it says.
+    public func recordedBackend() throws(VaultError) -> Backend? {
+        try self.read()?.backend.flatMap(Backend.init(rawValue:))
+    }
+
+    private func read() throws(VaultError) -> File? {
         let bytes: [UInt8]?
         do {
             bytes = try FileSystem.read(self.path, limit: 4 << 20)
         } catch {
             throw VaultError(.internalError, error.message)
         }
-        guard let bytes else { return [] }
+        guard let bytes else { return nil }
         do {
             let file = try JSONDecoder().decode(File.self, from: Data(bytes))
             guard file.version == 1 else {
                 throw VaultError(.internalError, "\(self.path) has version \(file.version); this vaultd reads version 1")
             }
-            return file.accounts
+            return file
         } catch let error as VaultError {
             throw error
         } catch {
@@ -41,12 +53,12 @@ public struct AccountDirectory: Sendable {
         }
     }
 
-    public func save(_ accounts: [AccountConfiguration]) async throws(VaultError) {
+    public func save(_ accounts: [AccountConfiguration], backend: Backend) async throws(VaultError) {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         let bytes: [UInt8]
         do {
-            bytes = Array(try encoder.encode(File(accounts: accounts.sorted { $0.name < $1.name })))
+            bytes = Array(try encoder.encode(File(backend: backend.rawValue, accounts: accounts.sorted { $0.name < $1.name })))
         } catch {
             throw VaultError(.internalError, "could not encode the account configuration")
         }

@@ -8,10 +8,12 @@ public import VaultStore
 /// store those secrets rest in. One actor, so every change to an account is
 /// ordered; the store's blocking work runs on the I/O thread pool.
 public actor Broker {
-    let store: any SecretStore
+    var store: any SecretStore
     /// Other backends that may hold an account's secrets (left there by an
-    /// earlier configuration): sign-out empties them too.
-    let alsoWipe: [any SecretStore]
+    /// earlier configuration): sign-out empties them too, `migrate` moves to one.
+    var alsoWipe: [any SecretStore]
+    /// Why the daemon uses the backend it does (for `status`).
+    var backendReason: String?
     let directory: AccountDirectory
     let keySource: KeySource?
     let oidc: OIDCClient
@@ -46,6 +48,7 @@ public actor Broker {
     public init(
         store: any SecretStore,
         alsoWipe: [any SecretStore] = [],
+        backendReason: String? = nil,
         directory: AccountDirectory,
         keySource: KeySource?,
         oidc: OIDCClient,
@@ -54,6 +57,7 @@ public actor Broker {
     ) throws(VaultError) {
         self.store = store
         self.alsoWipe = alsoWipe
+        self.backendReason = backendReason
         self.directory = directory
         self.keySource = keySource
         self.oidc = oidc
@@ -93,6 +97,7 @@ public actor Broker {
     public func status() -> StatusResult {
         StatusResult(
             backend: self.store.backend.rawValue,
+            backendReason: self.backendReason,
             locked: self.store.isLocked,
             keySource: self.keySource?.name,
             accounts: self.accounts.values
@@ -129,7 +134,7 @@ public actor Broker {
         // the same name fails instead of racing.
         self.accounts[name] = Account(configuration: configuration)
         do throws(VaultError) {
-            try await self.directory.save(self.configurations)
+            try await self.directory.save(self.configurations, backend: self.store.backend)
             if !secrets.isEmpty {
                 do {
                     try await self.store.save(secrets, for: name)
@@ -139,7 +144,7 @@ public actor Broker {
             }
         } catch {
             self.accounts[name] = nil
-            try? await self.directory.save(self.configurations)
+            try? await self.directory.save(self.configurations, backend: self.store.backend)
             throw error
         }
         self.accounts[name]?.secrets = secrets
@@ -178,7 +183,7 @@ public actor Broker {
         }
         self.accounts[name] = nil
         self.cache.remove(account: name)
-        try await self.directory.save(self.configurations)
+        try await self.directory.save(self.configurations, backend: self.store.backend)
         let places = ["memory", "file", "keyring"].filter(wiped.contains)
         self.logger.info("account removed", metadata: ["account": "\(name)", "wiped": "\(places)"])
         return RemovalResult(account: name, wiped: places, revoked: receipt.revoked)

@@ -92,6 +92,8 @@ public struct Dispatcher: Sendable {
             return self.later(id) { () throws(VaultError) in try await self.signIns.cancel(flow: flow) }
         case .refreshToken(let account):
             return self.later(id) { () throws(VaultError) in try await self.broker.releaseRefreshToken(account: account, for: peer) }
+        case .migrate(let target):
+            return self.later(id) { () throws(VaultError) in try await self.broker.migrate(to: target) }
         case .signout(let target):
             return self.later(id) { () throws(VaultError) in
                 switch target {

@@ -3,7 +3,7 @@ import VaultCrypto
 
 extension Request: Decodable {
     private enum Key: String, CodingKey {
-        case id, op, name, passphrase, account, scope, method, username, password, flow, code, accounts, all
+        case id, op, name, passphrase, account, scope, method, username, password, flow, code, accounts, all, to
         case timeoutMs = "timeout_ms"
         case minTTL = "min_ttl"
         case forceRefresh = "force_refresh"
@@ -39,6 +39,12 @@ extension Request: Decodable {
         case .claims: return .claims(account: try c.decode(String.self, forKey: .account))
         case .userinfo: return .userinfo(account: try c.decode(String.self, forKey: .account))
         case .refreshToken: return .refreshToken(account: try c.decode(String.self, forKey: .account))
+        case .migrate:
+            let target = try c.decode(String.self, forKey: .to)
+            guard target == "file" || target == "keyring" else {
+                throw VaultError(.badRequest, "'to' is file or keyring")
+            }
+            return .migrate(to: target)
         case .token:
             let minTTL = try c.decodeIfPresent(Int.self, forKey: .minTTL) ?? TokenRequest.defaultMinTTL
             guard (0...86_400).contains(minTTL) else {
@@ -164,6 +170,9 @@ extension Request: Encodable {
         case .refreshToken(let account):
             try c.encode(Op.refreshToken.rawValue, forKey: .op)
             try c.encode(account, forKey: .account)
+        case .migrate(let target):
+            try c.encode(Op.migrate.rawValue, forKey: .op)
+            try c.encode(target, forKey: .to)
         case .token(let request):
             try c.encode(Op.token.rawValue, forKey: .op)
             try c.encode(request.account, forKey: .account)

@@ -33,6 +33,8 @@ public enum Command: Sendable {
     case subscribe(accounts: [String]?)
     case signout(SignOutTarget)
     case refreshToken(account: String)
+    /// Moves every account's secrets to the backend named `to` (`file` or `keyring`).
+    case migrate(to: String)
 }
 
 /// `account.add`: the configuration plus the secrets that come with it.
@@ -68,4 +70,5 @@ public enum Op: String, CaseIterable, Sendable {
     case subscribe
     case signout
     case refreshToken = "refresh_token"
+    case migrate
 }

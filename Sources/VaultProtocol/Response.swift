@@ -60,12 +60,15 @@ public struct HelloResult: ResultPayload, Equatable {
 /// `status`.
 public struct StatusResult: ResultPayload, Equatable {
     public var backend: String
+    /// Why that backend: what `auto` found, or that it was asked for.
+    public var backendReason: String?
     public var locked: Bool
     public var keySource: String?
     public var accounts: [AccountStatus]
 
-    public init(backend: String, locked: Bool, keySource: String?, accounts: [AccountStatus]) {
+    public init(backend: String, backendReason: String? = nil, locked: Bool, keySource: String?, accounts: [AccountStatus]) {
         self.backend = backend
+        self.backendReason = backendReason
         self.locked = locked
         self.keySource = keySource
         self.accounts = accounts
@@ -73,6 +76,7 @@ public struct StatusResult: ResultPayload, Equatable {
 
     enum CodingKeys: String, CodingKey {
         case backend, locked, accounts
+        case backendReason = "backend_reason"
         case keySource = "key_source"
     }
 }

@@ -42,3 +42,16 @@ public struct SignOutResult: ResultPayload, Equatable {
         self.notified = notified
     }
 }
+
+/// `migrate`: where the secrets were and are, and which accounts moved.
+public struct MigrationResult: ResultPayload, Equatable {
+    public var from: String
+    public var to: String
+    public var moved: [String]
+
+    public init(from: String, to: String, moved: [String]) {
+        self.from = from
+        self.to = to
+        self.moved = moved
+    }
+}

@@ -1,0 +1,48 @@
+import Logging
+public import VaultProtocol
+import VaultStore
+
+extension Broker {
+    /// Moves every account's secrets to another backend, one account at a
+    /// time: written to the target, read back and compared, and only then
+    /// removed from the source, so no token is ever in neither. The daemon
+    /// then uses the target, and accounts.json records it for the next start.
+    public func migrate(to name: String) async throws(VaultError) -> MigrationResult {
+        let source = self.store
+        guard source.backend.rawValue != name else {
+            return MigrationResult(from: name, to: name, moved: [])
+        }
+        guard let index = self.alsoWipe.firstIndex(where: { $0.backend.rawValue == name }) else {
+            throw VaultError(
+                .badRequest,
+                "the \(name) backend is not available to this vaultd\(name == "keyring" ? "; run it in a desktop session with a Secret Service" : "")"
+            )
+        }
+        let target = self.alsoWipe[index]
+        if source.isLocked || target.isLocked { throw Self.lockedError }
+        var moved: [String] = []
+        for account in self.accounts.keys.sorted() {
+            do throws(StoreError) {
+                guard let secrets = try await source.load(account) else { continue }
+                try await target.save(secrets, for: account)
+                guard try await target.load(account) == secrets else {
+                    throw StoreError(.io, "the \(name) backend did not give back what was written for '\(account)'")
+                }
+                _ = try await source.remove(account)
+            } catch {
+                self.logger.error("migration stopped", metadata: ["account": "\(account)", "reason": "\(error.message)"])
+                throw VaultError(
+                    .internalError,
+                    "migration stopped at '\(account)' (\(error.message)); accounts before it are in \(name), the rest are still in \(source.backend.rawValue)"
+                )
+            }
+            moved.append(account)
+        }
+        self.alsoWipe[index] = source
+        self.store = target
+        self.backendReason = "migrated from \(source.backend.rawValue)"
+        try await self.directory.save(self.accounts.values.map(\.configuration), backend: target.backend)
+        self.logger.notice("secrets migrated", metadata: ["from": "\(source.backend.rawValue)", "to": "\(name)", "accounts": "\(moved.count)"])
+        return MigrationResult(from: source.backend.rawValue, to: name, moved: moved)
+    }
+}
