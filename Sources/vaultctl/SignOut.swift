@@ -55,3 +55,36 @@ struct SignOut: ParsableCommand {
         }
     }
 }
+
+struct Migrate: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Move every account's secrets to another backend.",
+        discussion: """
+            Each account's secrets are written to the target, read back, and only then removed \
+            from the source, so no token is ever in neither. vaultd uses the target from then on.
+            """
+    )
+
+    enum Target: String, ExpressibleByArgument, CaseIterable {
+        case file, keyring
+    }
+
+    @OptionGroup var connection: Connection
+
+    @Option(help: "Where the secrets go: file or keyring.")
+    var to: Target
+
+    func run() throws {
+        try self.connection.run { (vault) throws(VaultError) in
+            let reply = try vault.send(.migrate(to: self.to.rawValue))
+            if self.connection.json { return self.connection.printJSON(reply) }
+            let result = try Output.field(MigrationResult.self, of: reply)
+            if result.from == result.to {
+                Output.line("the secrets are already in the \(result.to) backend")
+            } else {
+                let count = result.moved.count == 1 ? "1 account" : "\(result.moved.count) accounts"
+                Output.line("moved \(count) from \(result.from) to \(result.to)")
+            }
+        }
+    }
+}
