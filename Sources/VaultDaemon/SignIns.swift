@@ -601,8 +601,8 @@ public actor SignIns {
         if case .browser(let listener, _) = flow.step { listener.close() }
         let waiters = flow.waiters
         flow.waiters = [:]
-        // Kept briefly so a late `signin.wait` still hears the outcome.
-        flow.expiresAt = min(flow.expiresAt, self.clock.now() + 60)
+        // Kept a minute so a late `signin.wait` still hears the outcome.
+        flow.expiresAt = self.clock.now() + 60
         self.flows[id] = flow
         self.schedule(id, at: flow.expiresAt)
         switch outcome {
