@@ -65,7 +65,10 @@ final class ConnectionHandler: ChannelInboundHandler, RemovableChannelHandler {
             self.dispatcher.broker.events.subscribe(context.channel, accounts: accounts)
         case .pending(let work):
             let channel = context.channel
+            let connections = self.connections
+            connections.started()
             Task {
+                defer { connections.finished() }
                 let response = await work()
                 var buffer = channel.allocator.buffer(capacity: 256)
                 buffer.writeBytes(LineCodec.line(for: response))

@@ -20,6 +20,9 @@ public final class SocketServer: Sendable {
         public var maximumConnections = 4096
         /// A connection that sends nothing for this long is closed.
         public var idleTimeout: TimeAmount = .minutes(10)
+        /// A listening socket handed over by systemd (socket activation);
+        /// then `path` only names it, and systemd owns the file.
+        public var inherited: CInt?
 
         public init(path: String) {
             self.path = path
@@ -37,7 +40,7 @@ public final class SocketServer: Sendable {
         group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger
     ) async throws -> SocketServer {
-        try SocketPreparation.prepare(configuration.path)
+        if configuration.inherited == nil { try SocketPreparation.prepare(configuration.path) }
         let connections = ConnectionCount()
         let owner = getuid()
         let bootstrap = ServerBootstrap(group: group)
@@ -53,6 +56,11 @@ public final class SocketServer: Sendable {
                     logger: logger
                 )
             }
+        if let inherited = configuration.inherited {
+            let channel = try await bootstrap.withBoundSocket(inherited).get()
+            logger.info("listening", metadata: ["socket": "\(configuration.path)", "activation": "systemd"])
+            return SocketServer(configuration: configuration, channel: channel, connections: connections, logger: logger)
+        }
         // Until the chmod the socket has the umask's mode, which gives no
         // other user write access, so none can connect; SO_PEERCRED checks anyway.
         let channel = try await bootstrap.bind(unixDomainSocketPath: configuration.path).get()
@@ -61,19 +69,31 @@ public final class SocketServer: Sendable {
             throw ServerError("cannot set mode 0600 on \(configuration.path)")
         }
         logger.info("listening", metadata: ["socket": "\(configuration.path)"])
-        return SocketServer(configuration: configuration, channel: channel, logger: logger)
+        return SocketServer(configuration: configuration, channel: channel, connections: connections, logger: logger)
     }
 
-    private init(configuration: Configuration, channel: any Channel, logger: Logger) {
+    private let connections: ConnectionCount
+
+    private init(configuration: Configuration, channel: any Channel, connections: ConnectionCount, logger: Logger) {
         self.configuration = configuration
         self.channel = channel
+        self.connections = connections
         self.logger = logger
     }
 
-    /// Stops accepting and removes the socket file.
+    /// Connections open now.
+    public var openConnections: Int { self.connections.current }
+
+    /// Requests being worked on now, across all connections.
+    public var requestsInFlight: Int { self.connections.inFlight }
+
+    /// Seconds since the last connection closed or request ended, when none is open now.
+    public var idleSince: ContinuousClock.Instant? { self.connections.idleSince }
+
+    /// Stops accepting and removes the socket file (unless systemd owns it).
     public func close() async {
         try? await self.channel.close()
-        unlink(self.configuration.path)
+        if self.configuration.inherited == nil { unlink(self.configuration.path) }
         self.logger.info("socket closed", metadata: ["socket": "\(self.configuration.path)"])
     }
 
@@ -128,9 +148,12 @@ public struct ServerError: Error, CustomStringConvertible {
     public init(_ description: String) { self.description = description }
 }
 
-/// Open connections, counted so a flood of them is answered `overloaded`.
+/// Open connections, counted so a flood of them is answered `overloaded`,
+/// and requests in flight, counted so a stop can let them finish.
 final class ConnectionCount: Sendable {
     private let count = Atomic<Int>(0)
+    private let requests = Atomic<Int>(0)
+    private let lastQuiet = Mutex<ContinuousClock.Instant>(.now)
 
     func admit(limit: Int) -> Bool {
         let now = self.count.wrappingAdd(1, ordering: .relaxed).newValue
@@ -138,7 +161,25 @@ final class ConnectionCount: Sendable {
     }
 
     func release() {
-        self.count.wrappingSubtract(1, ordering: .relaxed)
+        if self.count.wrappingSubtract(1, ordering: .relaxed).newValue == 0 {
+            self.lastQuiet.withLock { $0 = .now }
+        }
+    }
+
+    func started() {
+        self.requests.wrappingAdd(1, ordering: .relaxed)
+    }
+
+    func finished() {
+        self.requests.wrappingSubtract(1, ordering: .relaxed)
+    }
+
+    var current: Int { self.count.load(ordering: .relaxed) }
+    var inFlight: Int { self.requests.load(ordering: .relaxed) }
+
+    /// When the last connection closed, if none is open now.
+    var idleSince: ContinuousClock.Instant? {
+        self.current == 0 ? self.lastQuiet.withLock { $0 } : nil
     }
 }
 

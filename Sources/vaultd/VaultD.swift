@@ -40,6 +40,9 @@ struct VaultD: AsyncParsableCommand {
     @Option(help: "trace, debug, info, notice, warning or error.")
     var logLevel: Logger.Level = .info
 
+    @Option(help: "When started by socket activation, exit after this many seconds with no connection (0: never).")
+    var exitIdleAfter: Int = 0
+
     func run() async throws {
         let level = self.logLevel
         LoggingSystem.bootstrap { JournalLogHandler(label: $0, level: level) }
@@ -94,14 +97,26 @@ struct VaultD: AsyncParsableCommand {
             logger: logger
         )
         try await broker.start()
-        let server = try await SocketServer.start(
-            SocketServer.Configuration(path: socketPath),
+        var configuration = SocketServer.Configuration(path: socketPath)
+        configuration.inherited = Systemd.inheritedSocket(named: "vaultd")
+        // The socket opens inside the service group, so SIGTERM is handled
+        // from before the first connection is accepted.
+        let socketService = SocketService(
+            configuration: configuration,
             dispatcher: Dispatcher(broker: broker, logger: logger),
+            status: "serving on \(socketPath) (\(store.backend.rawValue) backend)",
+            exitIdleAfter: configuration.inherited != nil && self.exitIdleAfter > 0 ? .seconds(self.exitIdleAfter) : nil,
             logger: logger
         )
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+            .init(service: socketService, successTerminationBehavior: .gracefullyShutdownGroup)
+        ]
+        if let ping = Systemd.watchdogPing {
+            services.append(.init(service: WatchdogService(interval: ping)))
+        }
         let group = ServiceGroup(
             configuration: ServiceGroupConfiguration(
-                services: [.init(service: SocketService(server: server))],
+                services: services,
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger
             )
@@ -138,12 +153,52 @@ struct VaultD: AsyncParsableCommand {
 
 extension Logger.Level: @retroactive ExpressibleByArgument {}
 
-/// Keeps the socket open until a graceful shutdown, then closes it.
+/// Serves the socket until a graceful shutdown (or, when socket-activated
+/// with an idle limit, until no connection has been open that long); then
+/// stops accepting and gives the requests under way up to 5 s to be answered.
 struct SocketService: Service {
-    let server: SocketServer
+    let configuration: SocketServer.Configuration
+    let dispatcher: Dispatcher
+    let status: String
+    let exitIdleAfter: Duration?
+    let logger: Logger
+    static let drainLimit: Duration = .seconds(5)
 
     func run() async throws {
-        try? await gracefulShutdown()
-        await self.server.close()
+        let server = try await SocketServer.start(self.configuration, dispatcher: self.dispatcher, logger: self.logger)
+        Systemd.notify("READY=1\nSTATUS=\(self.status)")
+        if let idle = self.exitIdleAfter {
+            while !Task.isShuttingDownGracefully {
+                try? await Task.sleep(for: .seconds(1))
+                if let since = server.idleSince, ContinuousClock.now - since >= idle {
+                    self.logger.info("idle; exiting until the next connection")
+                    break
+                }
+            }
+        } else {
+            try? await gracefulShutdown()
+        }
+        Systemd.notify("STOPPING=1\nSTATUS=stopping")
+        await server.close()
+        let clock = ContinuousClock()
+        let deadline = clock.now + Self.drainLimit
+        while server.requestsInFlight > 0 && clock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        if server.requestsInFlight > 0 {
+            self.logger.warning("stopping with requests unanswered", metadata: ["requests": "\(server.requestsInFlight)"])
+        }
+    }
+}
+
+/// Tells systemd's watchdog the daemon is alive, at half its interval.
+struct WatchdogService: Service {
+    let interval: Duration
+
+    func run() async throws {
+        while !Task.isCancelled && !Task.isShuttingDownGracefully {
+            Systemd.notify("WATCHDOG=1")
+            try? await Task.sleep(for: self.interval)
+        }
     }
 }

@@ -266,14 +266,24 @@ final class DaemonProcess: @unchecked Sendable {
     let socketPath: String
     let logPath: String
 
-    init(folder: String, socketPath: String? = nil, arguments: [String] = [], environment: [String: String] = [:]) throws {
+    /// `launcher`, when given, runs vaultd (a command and its arguments
+    /// that end where vaultd's path goes, like systemd-socket-activate).
+    init(
+        folder: String,
+        socketPath: String? = nil,
+        arguments: [String] = [],
+        environment: [String: String] = [:],
+        launcher: [String] = []
+    ) throws {
         self.folder = folder
         self.socketPath = socketPath ?? folder + "/d.sock"
         self.logPath = folder + "/vaultd-\(UUID().uuidString.prefix(8)).log"
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         _ = FileManager.default.createFile(atPath: self.logPath, contents: nil)
-        self.process.executableURL = URL(fileURLWithPath: productsDirectory + "/vaultd")
-        self.process.arguments = ["--socket", self.socketPath] + arguments
+        let vaultd = [productsDirectory + "/vaultd", "--socket", self.socketPath] + arguments
+        let command = launcher + vaultd
+        self.process.executableURL = URL(fileURLWithPath: command[0])
+        self.process.arguments = Array(command.dropFirst())
         var env = ProcessInfo.processInfo.environment
         env["XDG_STATE_HOME"] = folder + "/state"
         env["XDG_CONFIG_HOME"] = folder + "/config"
