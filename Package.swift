@@ -46,6 +46,7 @@ let package = Package(
             dependencies: [
                 "VaultCrypto",
                 "CVaultSystem",
+                "CLibSecret",
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -107,8 +107,9 @@ struct Status: ParsableCommand {
             let reply = try vault.send(.status)
             if self.connection.json { return self.connection.printJSON(reply) }
             let status = try Output.field(StatusResult.self, of: reply)
-            let key = status.keySource.map { ", key from \($0)" } ?? ""
+            let key = status.backend == "file" ? status.keySource.map { ", key from \($0)" } ?? "" : ""
             Output.line("vault: \(status.locked ? "locked" : "unlocked") (\(status.backend) backend\(key))")
+            if let reason = status.backendReason { Output.line("  \(reason)") }
             if status.accounts.isEmpty {
                 Output.line("no accounts; add one with: vaultctl account add NAME --issuer URL --client-id ID")
             }

@@ -75,23 +75,23 @@ struct VaultD: AsyncParsableCommand {
             try FileSystem.ensurePrivateDirectory(FileSystem.directory(of: socketPath))
         }
 
-        let store: any SecretStore
-        let keySource: KeySource
-        switch self.backend {
-        case .keyring:
-            throw ServerError("the keyring backend is not available in this version; use --backend file")
-        case .auto, .file:
-            keySource = try self.resolvedKeySource(paths)
-            store = try SealedFileStore(path: paths.vaultFile, keySource: keySource)
-        }
+        let keySource = try self.resolvedKeySource(paths)
+        let directory = AccountDirectory(path: paths.accountsFile)
+        let backends = try await self.backends(paths: paths, keySource: keySource, directory: directory, logger: logger)
+        let store = backends.store
         logger.info(
             "vault opened",
-            metadata: ["backend": "\(store.backend.rawValue)", "key_source": "\(keySource.name)", "locked": "\(store.isLocked)"]
+            metadata: [
+                "backend": "\(store.backend.rawValue)", "reason": "\(backends.reason)", "key_source": "\(keySource.name)",
+                "locked": "\(store.isLocked)",
+            ]
         )
 
         let broker = try Broker(
             store: store,
-            directory: AccountDirectory(path: paths.accountsFile),
+            alsoWipe: backends.others,
+            backendReason: backends.reason,
+            directory: directory,
             keySource: keySource,
             oidc: OIDCClient(logger: logger),
             logger: logger
@@ -124,6 +124,57 @@ struct VaultD: AsyncParsableCommand {
         try await group.run()
         withExtendedLifetime(lock) {}
         logger.info("stopped")
+    }
+
+    /// The backend secrets rest in, why, and the other one when it is
+    /// reachable (sign-out empties it too; `migrate` moves to it).
+    private func backends(
+        paths: DaemonPaths,
+        keySource: KeySource,
+        directory: AccountDirectory,
+        logger: Logger
+    ) async throws -> (store: any SecretStore, others: [any SecretStore], reason: String) {
+        let probe = await KeyringStore.probe(timeout: .seconds(1))
+        let keyringAnswers: Bool
+        switch probe {
+        case .success: keyringAnswers = true
+        case .failure(let error): keyringAnswers = error.kind == .locked
+        }
+        let choice: Backend
+        let reason: String
+        switch self.backend {
+        case .file:
+            (choice, reason) = (.file, "chosen with --backend file")
+        case .keyring:
+            if case .failure(let error) = probe, error.kind != .locked {
+                throw ServerError("--backend keyring: \(error.message)")
+            }
+            (choice, reason) = (.keyring, "chosen with --backend keyring")
+        case .auto:
+            if let recorded = try directory.recordedBackend() {
+                (choice, reason) = (recorded, "auto: accounts.json says the secrets are in the \(recorded.rawValue)")
+            } else if !(try directory.load()).isEmpty {
+                (choice, reason) = (.file, "auto: accounts from an earlier version keep their secrets in the file")
+            } else if keyringAnswers {
+                (choice, reason) = (.keyring, "auto: a Secret Service answered")
+            } else {
+                (choice, reason) = (.file, "auto: no Secret Service answered (\(probe.failureMessage ?? "?"))")
+            }
+        }
+        // The file is always there to wipe and migrate to, but a passphrase
+        // vault that is locked at start only when it is the one in use.
+        let sealed = try SealedFileStore(path: paths.vaultFile, keySource: keySource)
+        let file: (any SecretStore)? = choice == .file || !sealed.isLocked ? sealed : nil
+        var keyring: (any SecretStore)?
+        if choice == .keyring || keyringAnswers {
+            let store = KeyringStore()
+            _ = try? await store.checkLocked()
+            keyring = store
+        }
+        let primary = choice == .file ? file : keyring
+        guard let primary else { throw ServerError("no \(choice.rawValue) backend could be opened") }
+        let others = [file, keyring].compactMap { $0 }.filter { $0.backend != primary.backend }
+        return (primary, others, reason)
     }
 
     private func resolvedKeySource(_ paths: DaemonPaths) throws -> KeySource {
@@ -196,9 +247,19 @@ struct WatchdogService: Service {
     let interval: Duration
 
     func run() async throws {
-        while !Task.isCancelled && !Task.isShuttingDownGracefully {
-            Systemd.notify("WATCHDOG=1")
-            try? await Task.sleep(for: self.interval)
+        // Cancelled at once on a graceful shutdown, not after its next sleep.
+        try await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                Systemd.notify("WATCHDOG=1")
+                try? await Task.sleep(for: self.interval)
+            }
         }
+    }
+}
+
+extension Result where Failure == StoreError {
+    var failureMessage: String? {
+        if case .failure(let error) = self { return error.message }
+        return nil
     }
 }

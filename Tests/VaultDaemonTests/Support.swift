@@ -289,6 +289,9 @@ final class DaemonProcess: @unchecked Sendable {
         env["XDG_CONFIG_HOME"] = folder + "/config"
         env["XDG_RUNTIME_DIR"] = folder
         env["JOURNAL_STREAM"] = nil
+        // No desktop keyring unless a test brings its own: the auto backend
+        // is then the file, whatever session this test runs in.
+        env["DBUS_SESSION_BUS_ADDRESS"] = "unix:path=" + folder + "/no-bus"
         env.merge(environment) { _, new in new }
         self.process.environment = env
         self.process.standardError = FileHandle(forWritingAtPath: self.logPath)
@@ -382,8 +385,21 @@ private func blockingRunTool(
         argv.forEach { free($0) }
         envp.forEach { free($0) }
     }
+    // The child starts with no signal blocked and every signal at its
+    // default, whatever this test process set up: else a daemon the tool
+    // starts (gnome-keyring) may ignore the SIGTERM meant to stop it.
+    var attributes = posix_spawnattr_t()
+    posix_spawnattr_init(&attributes)
+    defer { posix_spawnattr_destroy(&attributes) }
+    var none = sigset_t()
+    var all = sigset_t()
+    sigemptyset(&none)
+    sigfillset(&all)
+    posix_spawnattr_setsigmask(&attributes, &none)
+    posix_spawnattr_setsigdefault(&attributes, &all)
+    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
     var pid: pid_t = 0
-    let status = posix_spawn(&pid, path, &actions, nil, argv, envp)
+    let status = posix_spawn(&pid, path, &actions, &attributes, argv, envp)
     close(stdin[0])
     close(stdout[1])
     close(stderr[1])

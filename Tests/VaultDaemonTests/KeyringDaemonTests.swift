@@ -1,0 +1,183 @@
+import Foundation
+import Testing
+import VaultCrypto
+import VaultStore
+import VaultTestIssuer
+
+/// vaultd with a real Secret Service: gnome-keyring, headless, on a private
+/// session bus (scripts/keyring/session.sh), checked with secret-tool.
+@Suite(.timeLimit(.minutes(2)))
+struct KeyringDaemonTests {
+    func status(_ env: [String: String]) async throws -> [String: Any] {
+        let result = try await runTool("vaultctl", ["status", "--json"], environment: env)
+        return try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+    }
+
+    @Test func autoChoosesTheKeyringAndSignOutAtGlewlwydLeavesNothing() async throws {
+        try await DaemonKeyring.with { keyring in
+            try await Glewlwyd.with { provider in
+                let secret = try #require(provider.env["GLEWLWYD_CONFIDENTIAL_CLIENT_SECRET"])
+                let login = try await provider.login(client: "confidential-app", secret: secret, grant: "password")
+                let refreshToken = try #require(login["refresh_token"] as? String)
+                let folder = try temporaryFolder()
+                var daemon = try DaemonProcess(folder: folder, environment: ["DBUS_SESSION_BUS_ADDRESS": keyring.bus])
+                #expect(await daemon.waitForLog("listening"))
+                let env = ["TOKENVAULT_SOCKET": daemon.socketPath]
+                let status = try await self.status(env)
+                #expect(status["backend"] as? String == "keyring", "\(status)")
+                #expect((status["backend_reason"] as? String)?.contains("Secret Service answered") == true)
+
+                let imported = try await runTool(
+                    "vaultctl",
+                    ["import", "work", "--issuer", provider.issuer, "--client-id", "confidential-app", "--client-secret",
+                     "--scope", "openid", "--scope", "offline_access", "--scope", "email"],
+                    input: refreshToken + "\n" + secret + "\n",
+                    environment: env
+                )
+                #expect(imported.status == 0, "\(imported.stderr)")
+                #expect(try await keyring.search("work").contains("tokenvault: work"), "one item, named for a person")
+                #expect(try await runTool("vaultctl", ["token", "work"], environment: env).status == 0)
+
+                let subscriber = try LineClient(path: daemon.socketPath)
+                #expect(await subscriber.call(#"{"id":1,"op":"subscribe"}"#)?["ok"] as? Bool == true)
+                let out = try await runTool("vaultctl", ["signout", "work", "--json"], environment: env)
+                let reply = try #require(try JSONSerialization.jsonObject(with: Data(out.stdout.utf8)) as? [String: Any])
+                let receipt = try #require((reply["accounts"] as? [[String: Any]])?.first)
+                #expect(receipt["revoked"] as? String == "yes", "\(reply)")
+                #expect(receipt["wiped"] as? [String] == ["memory", "keyring"])
+                #expect(reply["notified"] as? Int == 1)
+                #expect(await subscriber.readObject()?["event"] as? String == "signed_out")
+                let introspection = try await runTool(
+                    packageRoot + "/scripts/glewlwyd/introspect.py",
+                    ["--issuer", provider.issuer, "--client-id", "confidential-app", "--client-secret", secret],
+                    input: refreshToken
+                )
+                #expect(introspection.stdout.contains(#""active": false"#), "\(introspection.stdout)")
+
+                // After a restart: no token anywhere.
+                #expect(await daemon.terminate() == 0)
+                daemon = try DaemonProcess(folder: folder, environment: ["DBUS_SESSION_BUS_ADDRESS": keyring.bus])
+                let restarted = daemon
+                defer { Task { _ = await restarted.terminate() } }
+                #expect(await daemon.waitForLog("listening"))
+                let token = try await runTool("vaultctl", ["token", "work"], environment: ["TOKENVAULT_SOCKET": daemon.socketPath])
+                #expect(token.status == 67, "not signed in: \(token.stderr)")
+                #expect(!(try await keyring.search("work")).contains(refreshToken))
+                let file = try SealedFileStore(
+                    path: folder + "/state/tokenvault/vault.sealed",
+                    keySource: .keyFile(folder + "/state/tokenvault/vault.key")
+                )
+                #expect(try await file.load("work")?.refreshToken == nil, "nor in the file")
+            }
+        }
+    }
+
+    @Test func migrationBothWaysKeepsEveryTokenSomewhere() async throws {
+        try await DaemonKeyring.with { keyring in
+            let issuer = try await TestIssuer.start()
+            defer { Task { await issuer.stop() } }
+            let refreshToken = issuer.mintRefreshToken()
+            let folder = try temporaryFolder()
+            var daemon = try DaemonProcess(folder: folder, environment: ["DBUS_SESSION_BUS_ADDRESS": keyring.bus])
+            #expect(await daemon.waitForLog("listening"))
+            var env = ["TOKENVAULT_SOCKET": daemon.socketPath]
+            let imported = try await runTool(
+                "vaultctl", ["import", "work", "--issuer", issuer.issuer, "--client-id", TestIssuer.clientID, "--scope", "openid"],
+                input: refreshToken + "\n", environment: env
+            )
+            #expect(imported.status == 0, "\(imported.stderr)")
+            #expect(try await keyring.search("work").contains("tokenvault: work"))
+            let vaultFile = folder + "/state/tokenvault/vault.sealed"
+            let keyFile = folder + "/state/tokenvault/vault.key"
+
+            let toFile = try await runTool("vaultctl", ["migrate", "--to", "file"], environment: env)
+            #expect(toFile.stdout == "moved 1 account from keyring to file\n", "\(toFile.stdout)\(toFile.stderr)")
+            #expect(!(try await keyring.search("work")).contains("tokenvault: work"), "gone from the keyring")
+            let inFile = try await SealedFileStore(path: vaultFile, keySource: .keyFile(keyFile)).load("work")
+            #expect(inFile?.refreshToken == (try SecretBytes(utf8: refreshToken)))
+            #expect(try await self.status(env)["backend"] as? String == "file")
+            #expect(try await runTool("vaultctl", ["token", "work"], environment: env).status == 0)
+
+            let toKeyring = try await runTool("vaultctl", ["migrate", "--to", "keyring"], environment: env)
+            #expect(toKeyring.stdout == "moved 1 account from file to keyring\n", "\(toKeyring.stdout)\(toKeyring.stderr)")
+            #expect(try await keyring.search("work").contains("tokenvault: work"))
+            #expect(try await SealedFileStore(path: vaultFile, keySource: .keyFile(keyFile)).load("work") == nil)
+
+            // The next start finds the secrets where they were left.
+            #expect(await daemon.terminate() == 0)
+            daemon = try DaemonProcess(folder: folder, environment: ["DBUS_SESSION_BUS_ADDRESS": keyring.bus])
+            let restarted = daemon
+            defer { Task { _ = await restarted.terminate() } }
+            #expect(await daemon.waitForLog("listening"))
+            env = ["TOKENVAULT_SOCKET": daemon.socketPath]
+            let status = try await self.status(env)
+            #expect(status["backend"] as? String == "keyring")
+            #expect((status["backend_reason"] as? String)?.contains("accounts.json") == true, "\(status)")
+            let token = try await runTool("vaultctl", ["token", "work", "--force-refresh"], environment: env)
+            #expect(token.status == 0, "\(token.stderr)")
+        }
+    }
+
+    @Test func aLockedKeyringIsReportedAndAMissingOneIsAClearError() async throws {
+        try await DaemonKeyring.with { keyring in
+            try await keyring.script("lock")
+            let daemon = try DaemonProcess(folder: try temporaryFolder(), environment: ["DBUS_SESSION_BUS_ADDRESS": keyring.bus])
+            defer { Task { _ = await daemon.terminate() } }
+            #expect(await daemon.waitForLog("listening"))
+            let env = ["TOKENVAULT_SOCKET": daemon.socketPath]
+            let status = try await self.status(env)
+            #expect(status["backend"] as? String == "keyring" && status["locked"] as? Bool == true, "\(status)")
+            let add = try await runTool(
+                "vaultctl", ["import", "work", "--issuer", "https://id.example.org", "--client-id", "cli"],
+                input: "rt-123\n", environment: env
+            )
+            #expect(add.status == 77, "locked: \(add.stderr)")
+        }
+        let missing = try DaemonProcess(folder: try temporaryFolder(), arguments: ["--backend", "keyring"])
+        #expect(await missing.waitForExit() == 70)
+        #expect(missing.output.contains("choose --backend file"), "\(missing.output)")
+    }
+}
+
+/// A private keyring for one test; stopped whatever happens.
+struct DaemonKeyring {
+    let folder: String
+    let env: [String: String]
+    static let script = packageRoot + "/scripts/keyring/session.sh"
+
+    static func with(_ body: (DaemonKeyring) async throws -> Void) async throws {
+        let folder = try temporaryFolder()
+        let started = try await runTool(Self.script, ["start", folder])
+        guard started.status == 0 else { throw ToolFailure(message: "keyring did not start: \(started.stderr)") }
+        var env: [String: String] = [:]
+        for line in try String(contentsOfFile: folder + "/env", encoding: .utf8).split(separator: "\n") {
+            guard let equals = line.firstIndex(of: "=") else { continue }
+            env[String(line[..<equals])] = String(line[line.index(after: equals)...]).trimmingCharacters(in: CharacterSet(charactersIn: "'"))
+        }
+        let keyring = DaemonKeyring(folder: folder, env: env)
+        do {
+            try await body(keyring)
+        } catch {
+            _ = try? await runTool(Self.script, ["stop", folder])
+            throw error
+        }
+        _ = try? await runTool(Self.script, ["stop", folder])
+    }
+
+    var bus: String { self.env["DBUS_SESSION_BUS_ADDRESS"] ?? "" }
+
+    /// What secret-tool finds for tokenvault's items (labels, attributes, secrets).
+    func search(_ account: String) async throws -> String {
+        let result = try await runTool(
+            "/usr/bin/secret-tool",
+            ["search", "--all", "application", "tokenvault", "account", account],
+            environment: ["DBUS_SESSION_BUS_ADDRESS": self.bus]
+        )
+        return result.stdout + result.stderr
+    }
+
+    func script(_ command: String) async throws {
+        let result = try await runTool(Self.script, [command, self.folder])
+        #expect(result.status == 0, "\(result.stderr)")
+    }
+}
