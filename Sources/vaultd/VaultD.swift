@@ -248,7 +248,7 @@ struct WatchdogService: Service {
 
     func run() async throws {
         // Cancelled at once on a graceful shutdown, not after its next sleep.
-        try await cancelWhenGracefulShutdown {
+        await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 Systemd.notify("WATCHDOG=1")
                 try? await Task.sleep(for: self.interval)
