@@ -64,14 +64,15 @@ public struct Dispatcher: Sendable {
                 now: self.clock.now()
             ) {
             case .hit(let result):
+                self.audit(token.account, peer)
                 return .ready(Response(id: id, result))
             case .forbidden:
                 return .ready(Response(id: id, error: Broker.forbidden(token.account)))
             case .miss:
-                return self.later(id) { () throws(VaultError) in try await self.broker.token(token, for: peer) }
+                return self.later(id) { () throws(VaultError) in try await self.releaseToken(token, peer) }
             }
         case .token(let token):
-            return self.later(id) { () throws(VaultError) in try await self.broker.token(token, for: peer) }
+            return self.later(id) { () throws(VaultError) in try await self.releaseToken(token, peer) }
         case .claims(let account):
             return self.later(id) { () throws(VaultError) in try await self.broker.claims(account: account, for: peer) }
         case .userinfo(let account):
@@ -110,6 +111,18 @@ public struct Dispatcher: Sendable {
                 return EmptyResult()
             }
         }
+    }
+
+    private func releaseToken(_ request: TokenRequest, _ peer: Peer) async throws(VaultError) -> TokenResult {
+        let result = try await self.broker.token(request, for: peer)
+        self.audit(request.account, peer)
+        return result
+    }
+
+    /// One line per access token handed out: which account, to which
+    /// program; never the token.
+    private func audit(_ account: String, _ peer: Peer) {
+        self.logger.info("token released", metadata: ["account": "\(account)", "exe": "\(peer.executable ?? "?")", "pid": "\(peer.pid)"])
     }
 
     private func later(

@@ -29,6 +29,8 @@ struct TokenCommandTests {
         let accessToken = token.stdout.trimmingCharacters(in: .newlines)
         #expect(accessToken.hasPrefix("at-"))
         #expect(token.stdout == accessToken + "\n", "nothing but the token on stdout")
+        #expect(await daemon.waitForLog("token released account=work exe=\(productsDirectory)/vaultctl pid="), "an audit line names the program")
+        #expect(!daemon.output.contains(accessToken), "and never the token")
         let header = try await runTool("vaultctl", ["token", "work", "--header"], environment: env)
         #expect(header.stdout == "Authorization: Bearer \(accessToken)\n")
         let json = try await runTool("vaultctl", ["token", "work", "--json"], environment: env)
