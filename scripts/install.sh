@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs tokenvault for the current user, the way its systemd units expect:
+#   ~/.local/bin/vaultd, ~/.local/bin/vaultctl
+#   ~/.config/systemd/user/vaultd.socket, vaultd.service
+#   shell completions (bash, zsh, fish) and the vaultctl(1) man page under ~/.local/share
+# then enables the socket when a systemd user manager is running.
+#
+#   scripts/install.sh             build a release (static Swift runtime) and install it
+#   scripts/install.sh --from DIR  install vaultd and vaultctl already built in DIR
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+from=""
+if [ "${1:-}" = "--from" ]; then
+    [ -n "${2:-}" ] || { echo "usage: $0 [--from DIR]" >&2; exit 64; }
+    from="$2"
+fi
+
+manual=""
+if [ -z "$from" ]; then
+    scripts/install-deps.sh
+    swift build -c release --static-swift-stdlib --product vaultd
+    swift build -c release --static-swift-stdlib --product vaultctl
+    from="$(swift build -c release --static-swift-stdlib --show-bin-path)"
+    swift package plugin --allow-writing-to-package-directory generate-manual --product vaultctl >/dev/null
+    manual="$(find .build/plugins -name vaultctl.1 -print -quit)"
+fi
+
+home="${HOME:?HOME is not set}"
+bin="$home/.local/bin"                              # where vaultd.service looks
+data="${XDG_DATA_HOME:-$home/.local/share}"
+units="${XDG_CONFIG_HOME:-$home/.config}/systemd/user"
+
+install -d -m 0755 "$bin" "$units" "$data/bash-completion/completions" \
+    "$data/zsh/site-functions" "$data/fish/vendor_completions.d" "$data/man/man1"
+install -m 0755 "$from/vaultd" "$from/vaultctl" "$bin/"
+install -m 0644 systemd/vaultd.socket systemd/vaultd.service "$units/"
+"$bin/vaultctl" --generate-completion-script bash >"$data/bash-completion/completions/vaultctl"
+"$bin/vaultctl" --generate-completion-script zsh >"$data/zsh/site-functions/_vaultctl"
+"$bin/vaultctl" --generate-completion-script fish >"$data/fish/vendor_completions.d/vaultctl.fish"
+[ -z "$manual" ] || install -m 0644 "$manual" "$data/man/man1/vaultctl.1"
+echo "installed vaultd and vaultctl in $bin, the units in $units"
+
+if systemctl --user is-system-running >/dev/null 2>&1 || [ "$(systemctl --user is-system-running 2>/dev/null)" = "degraded" ]; then
+    systemctl --user daemon-reload
+    systemctl --user enable --now vaultd.socket
+    echo "vaultd.socket is enabled: vaultd starts on the first connection"
+else
+    echo "no systemd user manager answers here; in your session run:"
+    echo "    systemctl --user daemon-reload && systemctl --user enable --now vaultd.socket"
+fi
