@@ -2,7 +2,7 @@
 # Installs tokenvault for the current user, the way its systemd units expect:
 #   ~/.local/bin/vaultd, ~/.local/bin/vaultctl
 #   ~/.config/systemd/user/vaultd.socket, vaultd.service
-#   shell completions (bash, zsh, fish) and the vaultctl(1) man page under ~/.local/share
+#   shell completions (bash, zsh, fish) and the vaultctl(1) and vaultd(1) man pages under ~/.local/share
 # then enables the socket when a systemd user manager is running.
 #
 #   scripts/install.sh             build a release (static Swift runtime) and install it
@@ -22,8 +22,8 @@ if [ -z "$from" ]; then
     swift build -c release --static-swift-stdlib --product vaultd
     swift build -c release --static-swift-stdlib --product vaultctl
     from="$(swift build -c release --static-swift-stdlib --show-bin-path)"
-    swift package plugin --allow-writing-to-package-directory generate-manual --product vaultctl >/dev/null
-    manual="$(find .build/plugins -name vaultctl.1 -print -quit)"
+    swift package plugin --allow-writing-to-package-directory generate-manual >/dev/null
+    manual=".build/plugins/GenerateManual/outputs"
 fi
 
 home="${HOME:?HOME is not set}"
@@ -38,7 +38,7 @@ install -m 0644 systemd/vaultd.socket systemd/vaultd.service "$units/"
 "$bin/vaultctl" --generate-completion-script bash >"$data/bash-completion/completions/vaultctl"
 "$bin/vaultctl" --generate-completion-script zsh >"$data/zsh/site-functions/_vaultctl"
 "$bin/vaultctl" --generate-completion-script fish >"$data/fish/vendor_completions.d/vaultctl.fish"
-[ -z "$manual" ] || install -m 0644 "$manual" "$data/man/man1/vaultctl.1"
+[ -z "$manual" ] || install -m 0644 "$manual/vaultctl/vaultctl.1" "$manual/vaultd/vaultd.1" "$data/man/man1/"
 echo "installed vaultd and vaultctl in $bin, the units in $units"
 
 if systemctl --user is-system-running >/dev/null 2>&1 || [ "$(systemctl --user is-system-running 2>/dev/null)" = "degraded" ]; then
