@@ -36,7 +36,7 @@ struct ActivationTests {
         // READY=1 means served: a connection made right now is answered.
         let client = try LineClient(path: daemon.socketPath)
         #expect(await client.call(#"{"id":1,"op":"hello"}"#)?["ok"] as? Bool == true)
-        kill(daemon.process.processIdentifier, SIGTERM)
+        kill(daemon.pid, SIGTERM)
         #expect(await notify.next(containing: "STOPPING=1") != nil)
         #expect(await daemon.waitForExit() == 0)
     }

@@ -261,13 +261,17 @@ extension Dictionary where Key == String, Value == Any {
 /// vaultd as a child process. Its stderr goes to a file, not a pipe: a pipe's
 /// end-of-file would also wait for any other child that inherited it.
 final class DaemonProcess: @unchecked Sendable {
-    let process = Process()
+    let pid: pid_t
     let folder: String
     let socketPath: String
     let logPath: String
+    private let lock = NSLock()
+    private var exitStatus: Int32?
 
     /// `launcher`, when given, runs vaultd (a command and its arguments
     /// that end where vaultd's path goes, like systemd-socket-activate).
+    /// Spawned and reaped with posix_spawn and waitpid: Foundation's
+    /// Process left children unreaped and spun when many tests ran at once.
     init(
         folder: String,
         socketPath: String? = nil,
@@ -280,10 +284,7 @@ final class DaemonProcess: @unchecked Sendable {
         self.logPath = folder + "/vaultd-\(UUID().uuidString.prefix(8)).log"
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         _ = FileManager.default.createFile(atPath: self.logPath, contents: nil)
-        let vaultd = [productsDirectory + "/vaultd", "--socket", self.socketPath] + arguments
-        let command = launcher + vaultd
-        self.process.executableURL = URL(fileURLWithPath: command[0])
-        self.process.arguments = Array(command.dropFirst())
+        let command = launcher + [productsDirectory + "/vaultd", "--socket", self.socketPath] + arguments
         var env = ProcessInfo.processInfo.environment
         env["XDG_STATE_HOME"] = folder + "/state"
         env["XDG_CONFIG_HOME"] = folder + "/config"
@@ -293,10 +294,32 @@ final class DaemonProcess: @unchecked Sendable {
         // is then the file, whatever session this test runs in.
         env["DBUS_SESSION_BUS_ADDRESS"] = "unix:path=" + folder + "/no-bus"
         env.merge(environment) { _, new in new }
-        self.process.environment = env
-        self.process.standardError = FileHandle(forWritingAtPath: self.logPath)
-        self.process.standardOutput = FileHandle.nullDevice
-        try self.process.run()
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, self.logPath, O_WRONLY | O_APPEND, 0)
+        var attributes = defaultSignalsAttributes()
+        defer { posix_spawnattr_destroy(&attributes) }
+        let argv = command.map { strdup($0) } + [nil]
+        let envp = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            argv.forEach { free($0) }
+            envp.forEach { free($0) }
+        }
+        var pid: pid_t = 0
+        let status = posix_spawn(&pid, command[0], &actions, &attributes, argv, envp)
+        guard status == 0 else { throw ToolFailure(message: "cannot run \(command[0]): \(String(cString: strerror(status)))") }
+        self.pid = pid
+    }
+
+    /// Whether vaultd has not exited yet (asked without reaping it).
+    var isRunning: Bool {
+        if self.lock.withLock({ self.exitStatus }) != nil { return false }
+        var info = siginfo_t()
+        guard waitid(P_PID, id_t(self.pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 else { return false }
+        return info._sifields._sigchld.si_pid != self.pid
     }
 
     /// Polls the log, with a deadline, until it contains `text` or the
@@ -307,18 +330,27 @@ final class DaemonProcess: @unchecked Sendable {
             let deadline = Date().addingTimeInterval(seconds)
             while Date() < deadline {
                 if self.output.contains(text) { return true }
-                if !self.process.isRunning { return self.output.contains(text) }
+                if !self.isRunning { return self.output.contains(text) }
                 Thread.sleep(forTimeInterval: 0.01)
             }
             return false
         }
     }
 
-    /// Waits for the process to end (an event: its exit).
+    /// Waits for the process to end (an event: its exit) and returns its
+    /// exit status, or 128 + the signal that ended it.
     func waitForExit() async -> Int32 {
         await blocking {
-            self.process.waitUntilExit()
-            return self.process.terminationStatus
+            if let status = self.lock.withLock({ self.exitStatus }) { return status }
+            var raw: Int32 = 0
+            var reaped: pid_t
+            repeat { reaped = waitpid(self.pid, &raw, 0) } while reaped < 0 && errno == EINTR
+            return self.lock.withLock {
+                if let status = self.exitStatus { return status }
+                let status = reaped == self.pid ? ((raw & 0x7F) == 0 ? (raw >> 8) & 0xFF : 128 + (raw & 0x7F)) : -1
+                self.exitStatus = status
+                return status
+            }
         }
     }
 
@@ -327,9 +359,24 @@ final class DaemonProcess: @unchecked Sendable {
     }
 
     func terminate() async -> Int32 {
-        if self.process.isRunning { kill(self.process.processIdentifier, SIGTERM) }
+        if self.isRunning { kill(self.pid, SIGTERM) }
         return await self.waitForExit()
     }
+}
+
+/// Spawn attributes for a child that starts with no signal blocked and every
+/// signal at its default, whatever this test process set up.
+func defaultSignalsAttributes() -> posix_spawnattr_t {
+    var attributes = posix_spawnattr_t()
+    posix_spawnattr_init(&attributes)
+    var none = sigset_t()
+    var all = sigset_t()
+    sigemptyset(&none)
+    sigfillset(&all)
+    posix_spawnattr_setsigmask(&attributes, &none)
+    posix_spawnattr_setsigdefault(&attributes, &all)
+    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+    return attributes
 }
 
 /// Runs a built tool to completion, with `input` on stdin.
@@ -385,19 +432,9 @@ private func blockingRunTool(
         argv.forEach { free($0) }
         envp.forEach { free($0) }
     }
-    // The child starts with no signal blocked and every signal at its
-    // default, whatever this test process set up: else a daemon the tool
-    // starts (gnome-keyring) may ignore the SIGTERM meant to stop it.
-    var attributes = posix_spawnattr_t()
-    posix_spawnattr_init(&attributes)
+    // Else a daemon the tool starts (gnome-keyring) may ignore the SIGTERM meant to stop it.
+    var attributes = defaultSignalsAttributes()
     defer { posix_spawnattr_destroy(&attributes) }
-    var none = sigset_t()
-    var all = sigset_t()
-    sigemptyset(&none)
-    sigfillset(&all)
-    posix_spawnattr_setsigmask(&attributes, &none)
-    posix_spawnattr_setsigdefault(&attributes, &all)
-    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
     var pid: pid_t = 0
     let status = posix_spawn(&pid, path, &actions, &attributes, argv, envp)
     close(stdin[0])
