@@ -1,0 +1,195 @@
+import Foundation
+import Testing
+import VaultTestIssuer
+
+/// `vaultctl exec` and `vaultctl git-credential` against a live vaultd, the
+/// latter driven by the real git.
+@Suite(.timeLimit(.minutes(1)))
+struct CompanionCommandTests {
+    /// A vaultd with the account `work` imported, and the token it serves.
+    private struct Vault {
+        let issuer: TestIssuer
+        let daemon: DaemonProcess
+        let folder: String
+        let env: [String: String]
+        let token: String
+
+        static func start() async throws -> Vault {
+            let issuer = try await TestIssuer.start()
+            let folder = try temporaryFolder()
+            let daemon = try DaemonProcess(folder: folder)
+            #expect(await daemon.waitForLog("listening"))
+            let env = ["TOKENVAULT_SOCKET": daemon.socketPath]
+            let imported = try await runTool(
+                "vaultctl",
+                ["import", "work", "--issuer", issuer.issuer, "--client-id", TestIssuer.clientID, "--scope", "openid"],
+                input: issuer.mintRefreshToken() + "\n",
+                environment: env
+            )
+            #expect(imported.status == 0, "\(imported.stderr)")
+            let token = try await runTool("vaultctl", ["token", "work"], environment: env)
+            #expect(token.status == 0, "\(token.stderr)")
+            let accessToken = token.stdout.trimmingCharacters(in: .newlines)
+            #expect(accessToken.hasPrefix("at-"))
+            return Vault(issuer: issuer, daemon: daemon, folder: folder, env: env, token: accessToken)
+        }
+
+        func stop() async {
+            #expect(await self.daemon.terminate() == 0)
+            await self.issuer.stop()
+            try? FileManager.default.removeItem(atPath: self.folder)
+        }
+    }
+
+    @Test func execPutsTheTokenInTheEnvironmentOnly() async throws {
+        let vault = try await Vault.start()
+        let printed = try await runTool(
+            "vaultctl",
+            ["exec", "work", "--", "/bin/sh", "-c", #"printf %s "$TOKENVAULT_TOKEN""#],
+            environment: vault.env
+        )
+        #expect(printed.status == 0, "\(printed.stderr)")
+        #expect(printed.stdout == vault.token)
+        #expect(printed.stderr.isEmpty)
+
+        // Another name; every other variable as it was; PATH is searched.
+        let renamed = try await runTool(
+            "vaultctl",
+            ["exec", "work", "--env", "GIT_TOKEN", "--min-ttl", "120", "--", "sh", "-c",
+             #"printf '%s|%s|%s|%s' "$GIT_TOKEN" "${TOKENVAULT_TOKEN-unset}" "$KEEP_ME" "$TOKENVAULT_SOCKET""#],
+            environment: vault.env.merging(["KEEP_ME": "kept"]) { $1 }
+        )
+        #expect(renamed.status == 0, "\(renamed.stderr)")
+        #expect(renamed.stdout == "\(vault.token)|unset|kept|\(vault.daemon.socketPath)")
+
+        // vaultctl became the command: same pid, and the token is on no argv.
+        let argv = try await runTool(
+            "vaultctl",
+            ["exec", "work", "--", "/bin/sh", "-c", #"tr '\0' ' ' < /proc/$$/cmdline; grep SigIgn /proc/$$/status; exit 3"#],
+            environment: vault.env
+        )
+        #expect(argv.status == 3, "the command's exit status is vaultctl's")
+        #expect(argv.stdout.hasPrefix("/bin/sh -c "), "\(argv.stdout)")
+        #expect(!argv.stdout.contains(vault.token))
+        // No signal vaultctl ignores leaks into the command: it starts as it would without vaultctl.
+        let direct = try await runTool("/bin/sh", ["-c", "grep SigIgn /proc/$$/status"])
+        #expect(direct.stdout.hasPrefix("SigIgn:"))
+        #expect(argv.stdout.hasSuffix(direct.stdout), "\(argv.stdout) \(direct.stdout)")
+        await vault.stop()
+    }
+
+    @Test func execFailsLikeAShell() async throws {
+        let vault = try await Vault.start()
+        let marker = vault.folder + "/ran"
+
+        let missing = try await runTool("vaultctl", ["exec", "work", "--", "/nonexistent/tool", "x"], environment: vault.env)
+        #expect(missing.status == 127)
+        #expect(missing.stdout.isEmpty)
+        #expect(missing.stderr == "vaultctl: error: cannot run /nonexistent/tool: No such file or directory\n")
+        let notInPath = try await runTool("vaultctl", ["exec", "work", "--", "no-such-tool-tv"], environment: vault.env)
+        #expect(notInPath.status == 127)
+        #expect(notInPath.stderr.split(separator: "\n").count == 1, "\(notInPath.stderr)")
+
+        let script = vault.folder + "/not-executable"
+        try "#!/bin/sh\ntouch \(marker)\n".write(toFile: script, atomically: true, encoding: .utf8)
+        try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: script)
+        let denied = try await runTool("vaultctl", ["exec", "work", "--", script], environment: vault.env)
+        #expect(denied.status == 126)
+        #expect(denied.stderr == "vaultctl: error: cannot run \(script): Permission denied\n")
+
+        let unknown = try await runTool("vaultctl", ["exec", "nobody", "--", "/bin/sh", "-c", "touch \(marker)"], environment: vault.env)
+        #expect(unknown.status == 67)
+        #expect(unknown.stdout.isEmpty)
+        #expect(unknown.stderr.hasPrefix("vaultctl: error: "))
+        #expect(unknown.stderr.split(separator: "\n").count == 1, "\(unknown.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: marker), "the command ran without a token")
+
+        let json = try await runTool("vaultctl", ["exec", "work", "--json", "--", "/bin/true"], environment: vault.env)
+        #expect(json.status == 64)
+        let noCommand = try await runTool("vaultctl", ["exec", "work"], environment: vault.env)
+        #expect(noCommand.status == 64)
+        let badName = try await runTool("vaultctl", ["exec", "work", "--env", "A=B", "--", "/bin/true"], environment: vault.env)
+        #expect(badName.status == 64)
+        await vault.stop()
+
+        let stopped = try await runTool("vaultctl", ["exec", "work", "--", "/bin/sh", "-c", "touch \(marker)"], environment: vault.env)
+        #expect(stopped.status == 69)
+        #expect(!FileManager.default.fileExists(atPath: marker))
+    }
+
+    @Test func gitCredentialFillGetsTheToken() async throws {
+        let vault = try await Vault.start()
+        let home = vault.folder + "/home"
+        try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
+        let gitconfig = home + "/gitconfig"
+        let helper = "!\(productsDirectory)/vaultctl git-credential work"
+        try "[credential]\n\thelper = \"\(helper)\"\n".write(toFile: gitconfig, atomically: true, encoding: .utf8)
+        let gitEnv = vault.env.merging([
+            "GIT_CONFIG_GLOBAL": gitconfig, "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0", "HOME": home,
+            "GIT_ASKPASS": "", "SSH_ASKPASS": "",
+        ]) { $1 }
+        let request = "protocol=https\nhost=git.example.org\n\n"
+
+        let fill = try await runTool("/usr/bin/git", ["credential", "fill"], input: request, environment: gitEnv)
+        #expect(fill.status == 0, "\(fill.stderr)")
+        let lines = fill.stdout.split(separator: "\n").map(String.init)
+        #expect(lines.contains("username=oauth2"), "\(fill.stdout)")
+        #expect(lines.contains("password=\(vault.token)"))
+        #expect(lines.contains("host=git.example.org"))
+
+        let approved = "protocol=https\nhost=git.example.org\nusername=oauth2\npassword=\(vault.token)\n\n"
+        let approve = try await runTool("/usr/bin/git", ["credential", "approve"], input: approved, environment: gitEnv)
+        #expect(approve.status == 0, "\(approve.stderr)")
+        #expect(approve.stdout.isEmpty)
+        let reject = try await runTool("/usr/bin/git", ["credential", "reject"], input: approved, environment: gitEnv)
+        #expect(reject.status == 0, "\(reject.stderr)")
+        #expect(reject.stdout.isEmpty)
+        await vault.stop()
+    }
+
+    @Test func gitCredentialSpeaksTheHelperProtocol() async throws {
+        let vault = try await Vault.start()
+        let sent = "protocol=https\nhost=git.example.org\nusername=ada\n\n"
+
+        let get = try await runTool("vaultctl", ["git-credential", "work", "get"], input: sent, environment: vault.env)
+        #expect(get.status == 0, "\(get.stderr)")
+        #expect(get.stderr.isEmpty)
+        let lines = get.stdout.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        #expect(lines.count == 4 && lines.last == "", "\(get.stdout)")
+        #expect(Array(lines.prefix(2)) == ["username=ada", "password=\(vault.token)"], "git's username comes back, nothing else")
+        let expiry = lines.count > 2 ? Int(lines[2].dropFirst("password_expiry_utc=".count)) ?? 0 : 0
+        #expect(lines.count > 2 && lines[2].hasPrefix("password_expiry_utc="))
+        #expect(expiry > Int(Date().timeIntervalSince1970), "the expiry is in the future")
+
+        let github = try await runTool(
+            "vaultctl", ["git-credential", "work", "--username", "x-access-token", "get"], input: sent, environment: vault.env
+        )
+        #expect(github.stdout.hasPrefix("username=x-access-token\npassword=\(vault.token)\n"), "\(github.stdout)")
+        let noInput = try await runTool("vaultctl", ["git-credential", "work", "get"], environment: vault.env)
+        #expect(noInput.stdout.hasPrefix("username=oauth2\npassword=\(vault.token)\n"), "\(noInput.stdout)")
+
+        // store, erase and operations git may add later: input read, nothing echoed.
+        for operation in ["store", "erase", "future-op"] {
+            let stored = try await runTool(
+                "vaultctl", ["git-credential", "work", operation],
+                input: "protocol=https\nhost=git.example.org\nusername=ada\npassword=hunter2\n\n", environment: vault.env
+            )
+            #expect(stored.status == 0, "\(operation): \(stored.stderr)")
+            #expect(stored.stdout.isEmpty && stored.stderr.isEmpty, "\(operation)")
+        }
+
+        let unknown = try await runTool("vaultctl", ["git-credential", "nobody", "get"], input: sent, environment: vault.env)
+        #expect(unknown.status == 67)
+        #expect(unknown.stdout.isEmpty, "git must see no answer")
+        #expect(unknown.stderr.hasPrefix("vaultctl: error: "))
+        #expect(unknown.stderr.split(separator: "\n").count == 1)
+        let json = try await runTool("vaultctl", ["git-credential", "work", "--json", "get"], input: sent, environment: vault.env)
+        #expect(json.status == 64)
+        #expect(json.stdout.isEmpty)
+        await vault.stop()
+
+        let stopped = try await runTool("vaultctl", ["git-credential", "work", "get"], input: sent, environment: vault.env)
+        #expect(stopped.status == 69)
+        #expect(stopped.stdout.isEmpty)
+    }
+}
