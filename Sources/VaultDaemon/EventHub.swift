@@ -41,6 +41,4 @@ public final class EventHub: Sendable {
         }
         return told
     }
-
-    public var count: Int { self.subscribers.withLock { $0.count } }
 }

@@ -43,6 +43,8 @@ public actor SignIns {
     }
 
     enum Step {
+        /// The first calls to the issuer are under way.
+        case starting
         case code(NativeCode)
         case nativePassword(NativePassword)
         case passwordGrant(username: String, scope: String)
@@ -149,8 +151,7 @@ public actor SignIns {
         // The flow exists from the first call, so it can be cancelled and its steps heard.
         self.register(
             Flow(
-                id: id, account: name, method: method,
-                step: .passwordGrant(username: username, scope: scope),
+                id: id, account: name, method: method, step: .starting,
                 expiresAt: self.clock.now() + Self.codeLifetime, busy: true
             )
         )
@@ -203,10 +204,10 @@ public actor SignIns {
 
     public func submitCode(flow id: String, code: SecretBytes) async throws(VaultError) -> SignInResult {
         var flow = try self.flow(id)
+        guard !flow.busy else { throw Self.busy(id) }
         guard case .code(var step) = flow.step else {
             throw VaultError(.badRequest, "flow \(id) does not take a code")
         }
-        guard !flow.busy else { throw Self.busy(id) }
         let wellFormed = code.withUnsafeBytes { bytes in
             bytes.count == step.codeLength && bytes.allSatisfy { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }
         }
@@ -251,10 +252,10 @@ public actor SignIns {
 
     public func resendCode(flow id: String) async throws(VaultError) -> SignInResult {
         let flow = try self.flow(id)
+        guard !flow.busy else { throw Self.busy(id) }
         guard case .code(var step) = flow.step else {
             throw VaultError(.badRequest, "flow \(id) has no code to send again")
         }
-        guard !flow.busy else { throw Self.busy(id) }
         let clientID = try await self.clientID(id, flow)
         self.flows[id]?.busy = true
         self.emit(id, .sendingCode)
@@ -518,6 +519,7 @@ public actor SignIns {
         switch flow.step {
         case .code(let step): return self.codeResult(id, step)
         case .nativePassword, .passwordGrant: return self.result(id, .passwordRequired)
+        case .starting: throw Self.busy(id)
         case .browser, .device: break
         }
         let seconds = timeoutMs.map { Double($0) / 1000 } ?? max(0, flow.expiresAt - self.clock.now())

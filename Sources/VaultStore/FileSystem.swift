@@ -106,12 +106,6 @@ public enum FileSystem {
         guard fsync(fd) == 0 else { throw StoreError(.io, "cannot flush \(directory) to disk: \(Self.reason())") }
     }
 
-    /// Whether anything is at `path`.
-    public static func exists(_ path: String) -> Bool {
-        var info = stat()
-        return lstat(path, &info) == 0
-    }
-
     public static func directory(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return "." }
         return slash == path.startIndex ? "/" : String(path[..<slash])

@@ -20,13 +20,7 @@ struct CompanionCommandTests {
             let daemon = try DaemonProcess(folder: folder)
             #expect(await daemon.waitForLog("listening"))
             let env = ["TOKENVAULT_SOCKET": daemon.socketPath]
-            let imported = try await runTool(
-                "vaultctl",
-                ["import", "work", "--issuer", issuer.issuer, "--client-id", TestIssuer.clientID, "--scope", "openid"],
-                input: issuer.mintRefreshToken() + "\n",
-                environment: env
-            )
-            #expect(imported.status == 0, "\(imported.stderr)")
+            try await importAccount(from: issuer, environment: env)
             let token = try await runTool("vaultctl", ["token", "work"], environment: env)
             #expect(token.status == 0, "\(token.stderr)")
             let accessToken = token.stdout.trimmingCharacters(in: .newlines)

@@ -28,13 +28,7 @@ struct PythonClientTests {
         defer { Task { _ = await daemon.terminate() } }
         #expect(await daemon.waitForLog("listening"))
         let env = ["TOKENVAULT_SOCKET": daemon.socketPath]
-        let imported = try await runTool(
-            "vaultctl",
-            ["import", "work", "--issuer", issuer.issuer, "--client-id", TestIssuer.clientID, "--scope", "openid"],
-            input: issuer.mintRefreshToken() + "\n",
-            environment: env
-        )
-        #expect(imported.status == 0, "\(imported.stderr)")
+        try await importAccount(from: issuer, environment: env)
         let vaultctl = try await runTool("vaultctl", ["token", "work"], environment: env)
         #expect(vaultctl.status == 0, "\(vaultctl.stderr)")
         let accessToken = vaultctl.stdout.trimmingCharacters(in: .newlines)

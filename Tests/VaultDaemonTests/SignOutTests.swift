@@ -102,13 +102,7 @@ struct SignOutTests {
         defer { Task { _ = await daemon.terminate() } }
         #expect(await daemon.waitForLog("listening"))
         let env = ["TOKENVAULT_SOCKET": daemon.socketPath]
-        let imported = try await runTool(
-            "vaultctl",
-            ["import", "work", "--issuer", issuer.issuer, "--client-id", TestIssuer.clientID, "--scope", "openid"],
-            input: issuer.mintRefreshToken() + "\n",
-            environment: env
-        )
-        #expect(imported.status == 0, "\(imported.stderr)")
+        try await importAccount(from: issuer, environment: env)
         let out = try await runTool("vaultctl", ["signout", "work"], environment: env)
         #expect(out.status == 0, "\(out.stderr)")
         #expect(out.stdout.contains("signed out of work: refresh token revoked at the issuer; wiped from memory, file"), "\(out.stdout)")

@@ -2,10 +2,12 @@ import Foundation
 import Glibc
 import Logging
 import NIOCore
+import Testing
 import VaultDaemon
 import VaultOIDC
 import VaultProtocol
 import VaultStore
+import VaultTestIssuer
 
 /// Runs blocking work (socket reads, waiting on a child process) on a thread
 /// of its own, so it never ties up the cooperative pool that the in-process
@@ -377,6 +379,21 @@ func defaultSignalsAttributes() -> posix_spawnattr_t {
     posix_spawnattr_setsigdefault(&attributes, &all)
     posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
     return attributes
+}
+
+/// `vaultctl import NAME` of a fresh refresh token from `issuer` into the
+/// daemon at `env`'s socket; returns that refresh token.
+@discardableResult
+func importAccount(_ name: String = "work", from issuer: TestIssuer, environment env: [String: String]) async throws -> String {
+    let refreshToken = issuer.mintRefreshToken()
+    let imported = try await runTool(
+        "vaultctl",
+        ["import", name, "--issuer", issuer.issuer, "--client-id", TestIssuer.clientID, "--scope", "openid"],
+        input: refreshToken + "\n",
+        environment: env
+    )
+    #expect(imported.status == 0, "\(imported.stderr)")
+    return refreshToken
 }
 
 /// Runs a built tool to completion, with `input` on stdin.

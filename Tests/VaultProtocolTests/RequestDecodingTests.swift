@@ -20,6 +20,13 @@ import VaultProtocol
         (#"{"id":4}"#, ErrorCode.badRequest, RequestID.number(4)),
         (#"{"id":5,"op":7}"#, ErrorCode.badRequest, RequestID.number(5)),
         (#"{"id":6,"op":"unlock","passphrase":["x"]}"#, ErrorCode.badRequest, RequestID.number(6)),
+        (#"{"id":7,"op":"signin.start","account":"w","method":"carrier_pigeon"}"#, ErrorCode.badRequest, RequestID.number(7)),
+        (#"{"id":8,"op":"signin.submit_code","flow":"f-1"}"#, ErrorCode.badRequest, RequestID.number(8)),
+        (#"{"id":9,"op":"signin.wait","flow":"f-1","timeout_ms":600001}"#, ErrorCode.badRequest, RequestID.number(9)),
+        (#"{"id":10,"op":"signout","account":"w","all":true}"#, ErrorCode.badRequest, RequestID.number(10)),
+        (#"{"id":11,"op":"signout"}"#, ErrorCode.badRequest, RequestID.number(11)),
+        (#"{"id":12,"op":"migrate","to":"floppy"}"#, ErrorCode.badRequest, RequestID.number(12)),
+        (#"{"id":13,"op":"subscribe","accounts":"w"}"#, ErrorCode.badRequest, RequestID.number(13)),
     ])
     func fieldErrorsKeepTheID(line: String, code: ErrorCode, id: RequestID) {
         let (decodedID, error) = self.failure(line)
@@ -50,6 +57,8 @@ import VaultProtocol
         let lines = [
             #"{"id":1,"op":"account.add","name":"w","issuer":"CANARY-VALUE","client_id":"c"}"#,
             #"{"id":1,"op":"unlock","passphrase":12345678}"#,
+            #"{"id":1,"op":"signin.submit_code","flow":7,"code":"12345678"}"#,
+            #"{"id":1,"op":"signin.submit_password","flow":"f-1","password":12345678}"#,
             #"{"id":1,"op":"CANARY-VALUE-op-with-dashes"}"#,
             #"CANARY-VALUE"#,
         ]
@@ -92,6 +101,35 @@ import VaultProtocol
         #expect(decoded.id == .string("x"))
         #expect(addition.configuration == configuration)
         #expect(addition.clientSecret == (try SecretBytes(utf8: "s")))
+    }
+
+    /// Every sign-in, sign-out and companion operation survives encode → decode → encode.
+    @Test func theNewOperationsRoundTrip() throws {
+        let commands: [Command] = [
+            .signinStart(SignInStart(account: "w", method: .emailOTP, username: "ada@example.org")),
+            .signinStart(SignInStart(account: "w", method: .password, username: "ada", password: try SecretBytes(utf8: "pw"))),
+            .signinSubmitCode(flow: "f-1", code: try SecretBytes(utf8: "12345678")),
+            .signinResendCode(flow: "f-1"),
+            .signinSubmitPassword(flow: "f-1", password: try SecretBytes(utf8: "pw")),
+            .signinWait(flow: "f-1", timeoutMs: 1000),
+            .signinWait(flow: "f-1", timeoutMs: nil),
+            .signinCancel(flow: "f-1"),
+            .subscribe(accounts: ["w"]),
+            .subscribe(accounts: nil),
+            .signout(.account("w")),
+            .signout(.all),
+            .refreshToken(account: "w"),
+            .migrate(to: "keyring"),
+        ]
+        for command in commands {
+            let line = try LineCodec.line(for: Request(id: .number(1), command: command))
+            let decoded = LineCodec.request(from: line)
+            guard case .success(let again) = decoded.command else {
+                Issue.record("\(String(decoding: line, as: UTF8.self)) did not decode")
+                continue
+            }
+            #expect(try LineCodec.line(for: Request(id: .number(1), command: again)) == line)
+        }
     }
 
     @Test func repliesFollowTheWireContract() throws {
