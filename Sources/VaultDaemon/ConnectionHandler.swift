@@ -5,9 +5,17 @@ import VaultProtocol
 /// One client connection: decodes each line, asks the dispatcher, writes the
 /// reply. Ready replies go out in order and are flushed once per read burst;
 /// pending ones are written whenever they finish.
-final class ConnectionHandler: ChannelInboundHandler, RemovableChannelHandler {
+///
+/// A client that does not read its replies, or that keeps more than
+/// `maximumPending` requests waiting, is simply not read from until it
+/// catches up: the daemon never buffers without bound on its behalf.
+final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
+    typealias OutboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
+
+    /// Requests of one connection being worked on at once.
+    static let maximumPending = 64
 
     private let peer: Peer
     private let dispatcher: Dispatcher
@@ -18,6 +26,10 @@ final class ConnectionHandler: ChannelInboundHandler, RemovableChannelHandler {
     /// Set once the peer subscribed: events may come at any time, so the
     /// connection is not closed for being quiet.
     private var subscribed = false
+    /// Requests of this connection still being worked on.
+    private var pending = 0
+    /// A read was asked for while the connection was over its limits.
+    private var readHeld = false
 
     init(peer: Peer, dispatcher: Dispatcher, admitted: Bool, connections: ConnectionCount, logger: Logger) {
         self.peer = peer
@@ -66,16 +78,46 @@ final class ConnectionHandler: ChannelInboundHandler, RemovableChannelHandler {
         case .pending(let work):
             let channel = context.channel
             let connections = self.connections
+            let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+            let loopContext = NIOLoopBound(context, eventLoop: context.eventLoop)
             connections.started()
+            self.pending += 1
             Task {
-                defer { connections.finished() }
                 let response = await work()
                 var buffer = channel.allocator.buffer(capacity: 256)
                 buffer.writeBytes(LineCodec.line(for: response))
                 buffer.writeInteger(UInt8(ascii: "\n"))
                 channel.writeAndFlush(buffer, promise: nil)
+                channel.eventLoop.execute {
+                    connections.finished()
+                    handler.value.pending -= 1
+                    handler.value.resumeReadingIfHeld(context: loopContext.value)
+                }
             }
         }
+    }
+
+    func read(context: ChannelHandlerContext) {
+        if self.mayRead(context) {
+            context.read()
+        } else {
+            self.readHeld = true
+        }
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        self.resumeReadingIfHeld(context: context)
+        context.fireChannelWritabilityChanged()
+    }
+
+    private func mayRead(_ context: ChannelHandlerContext) -> Bool {
+        context.channel.isWritable && self.pending < Self.maximumPending
+    }
+
+    private func resumeReadingIfHeld(context: ChannelHandlerContext) {
+        guard self.readHeld, context.channel.isActive, self.mayRead(context) else { return }
+        self.readHeld = false
+        context.read()
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
@@ -96,7 +138,7 @@ final class ConnectionHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if let idle = event as? IdleStateHandler.IdleStateEvent, idle == .read, !self.subscribed {
+        if let idle = event as? IdleStateHandler.IdleStateEvent, idle == .read, !self.subscribed, self.pending == 0 {
             self.logger.debug("idle connection closed")
             context.close(promise: nil)
             return

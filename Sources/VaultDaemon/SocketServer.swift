@@ -18,7 +18,8 @@ public final class SocketServer: Sendable {
     public struct Configuration: Sendable {
         public var path: String
         public var maximumConnections = 4096
-        /// A connection that sends nothing for this long is closed.
+        /// A connection that sends no whole line for this long, and has no
+        /// request in flight and no subscription, is closed.
         public var idleTimeout: TimeAmount = .minutes(10)
         /// A listening socket handed over by systemd (socket activation);
         /// then `path` only names it, and systemd owns the file.
@@ -128,10 +129,12 @@ public final class SocketServer: Sendable {
                 logger: logger
             )
             let sync = channel.pipeline.syncOperations
-            try sync.addHandler(IdleStateHandler(readTimeout: configuration.idleTimeout))
             try sync.addHandler(
                 ByteToMessageHandler(LineBasedFrameDecoder(), maximumBufferSize: TokenVault.maximumLineBytes + 1)
             )
+            // After the decoder, so only whole lines count as activity: a
+            // client that trickles a byte at a time is still idle.
+            try sync.addHandler(IdleStateHandler(readTimeout: configuration.idleTimeout))
             try sync.addHandler(handler)
         }.flatMapErrorThrowing { error in
             // NIO leaves a channel whose initializer failed open: close it, or
