@@ -260,6 +260,12 @@ public actor OIDCClient {
             buffer.withUnsafeMutableReadableBytes { secureZero($0) }
             let retryAfter = response.headers.first(name: "Retry-After").flatMap { Int($0) }
             return Reply(status: response.status.code, body: bytes, retryAfter: retryAfter)
+        } catch is NIOTooManyBytesError {
+            self.logger.debug("issuer answer over the limit", metadata: ["url": "\(Self.redacted(url))"])
+            throw .unavailable(
+                reason: "the issuer's answer is over the \(self.configuration.maximumBodyBytes >> 10) KiB limit",
+                retryAfterSeconds: nil
+            )
         } catch {
             // The error's text may quote a body or a URL with a token: name its type only.
             self.logger.debug("issuer unreachable", metadata: ["url": "\(Self.redacted(url))", "error": "\(type(of: error))"])

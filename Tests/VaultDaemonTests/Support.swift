@@ -47,17 +47,20 @@ struct InProcessVault {
         folder: String? = nil,
         clock: any WallClock = SystemClock(),
         maximumConnections: Int = 4096,
-        idleTimeout: TimeAmount = .minutes(10)
+        idleTimeout: TimeAmount = .minutes(10),
+        issuerTimeout: TimeAmount = .seconds(15)
     ) async throws -> InProcessVault {
         let folder = try folder ?? temporaryFolder()
         let paths = DaemonPaths(stateDirectory: folder + "/state", configDirectory: folder + "/config")
         let logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
         let store = try SealedFileStore(path: paths.vaultFile, keySource: .keyFile(paths.defaultKeyFile))
+        var oidc = OIDCClient.Configuration()
+        oidc.timeout = issuerTimeout
         let broker = try Broker(
             store: store,
             directory: AccountDirectory(path: paths.accountsFile),
             keySource: .keyFile(paths.defaultKeyFile),
-            oidc: OIDCClient(logger: logger),
+            oidc: OIDCClient(configuration: oidc, logger: logger),
             clock: clock,
             logger: logger
         )

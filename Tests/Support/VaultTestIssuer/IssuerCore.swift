@@ -127,6 +127,9 @@ struct IssuerState: Sendable {
     var includeExpiresIn = true
     var tokenTypeSpelling = "Bearer"
     var idTokenIssuerOverride: String?
+    /// Discovery lies: names another issuer, or sends the token endpoint elsewhere.
+    var discoveryIssuerOverride: String?
+    var discoveryTokenEndpointOverride: String?
     var idTokenAudienceOverride: String?
     var signWithUnknownKey = false
     var behaviour: TokenBehaviour = .normal
@@ -213,15 +216,15 @@ final class IssuerCore: Sendable {
     // MARK: Discovery and keys
 
     func discovery() -> IssuerReply {
-        let issuer = state.withLock { s in
+        let (issuer, named, tokenEndpoint) = state.withLock { s in
             s.discoveryFetchCount += 1
-            return s.issuer
+            return (s.issuer, s.discoveryIssuerOverride ?? s.issuer, s.discoveryTokenEndpointOverride ?? s.issuer + "/oauth2/v2.0/token")
         }
         let authMethods: JSONValue = .array([.string("client_secret_basic"), .string("client_secret_post"), .string("none")])
         let doc: JSONValue = .object([
-            ("issuer", .string(issuer)),
+            ("issuer", .string(named)),
             ("authorization_endpoint", .string(issuer + "/authorize")),
-            ("token_endpoint", .string(issuer + "/oauth2/v2.0/token")),
+            ("token_endpoint", .string(tokenEndpoint)),
             ("userinfo_endpoint", .string(issuer + "/userinfo")),
             ("jwks_uri", .string(issuer + "/jwks")),
             ("revocation_endpoint", .string(issuer + "/revoke")),

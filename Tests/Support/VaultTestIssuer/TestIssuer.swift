@@ -209,6 +209,17 @@ public final class TestIssuer: Sendable {
         }
     }
 
+    /// Overrides for the discovery document served from now on; no arguments restores it.
+    /// - Parameters:
+    ///   - issuer: the `issuer` it names instead of ``issuer``.
+    ///   - tokenEndpoint: where it says tokens are to be had.
+    public func setDiscoveryOverrides(issuer: String? = nil, tokenEndpoint: String? = nil) {
+        core.state.withLock { s in
+            s.discoveryIssuerOverride = issuer
+            s.discoveryTokenEndpointOverride = tokenEndpoint
+        }
+    }
+
     /// Replaces the signing key with a new ES256 key and a new `kid`; `/jwks` serves only the new one.
     public func rotateSigningKey() {
         let key = SigningKey.generate(prefix: "key-")

@@ -1,0 +1,119 @@
+import Foundation
+import NIOCore
+import Testing
+import VaultCrypto
+import VaultDaemon
+import VaultProtocol
+import VaultTestIssuer
+
+/// Issuers that fail or lie. For each: no crash and no hang, a clear error
+/// code, the cached token keeps being served, and the account recovers once
+/// the issuer heals.
+@Suite(.timeLimit(.minutes(1)))
+struct HostileIssuerTests {
+    struct Fault: Sendable, CustomTestStringConvertible {
+        var name: String
+        var code: ErrorCode
+        var apply: @Sendable (TestIssuer) -> Void
+        var testDescription: String { self.name }
+    }
+
+    static let faults: [Fault] = [
+        Fault(name: "hangs past every timeout", code: .idpUnavailable) { $0.setTokenBehaviour(.hang) },
+        Fault(name: "resets the connection", code: .idpUnavailable) { $0.setTokenBehaviour(.resetConnection) },
+        Fault(name: "answers 502", code: .idpUnavailable) { $0.setTokenBehaviour(.status(502, body: "<html>bad gateway</html>")) },
+        Fault(name: "answers 429 with Retry-After", code: .idpUnavailable) {
+            $0.setTokenBehaviour(.tooManyRequests(retryAfterSeconds: 2))
+        },
+        Fault(name: "sends garbage JSON", code: .idpUnavailable) { $0.setTokenBehaviour(.malformedJSON) },
+        Fault(name: "sends a 4 MiB body", code: .idpUnavailable) {
+            $0.setTokenBehaviour(.status(200, body: #"{"access_token":""# + String(repeating: "x", count: 4 << 20) + #""}"#))
+        },
+        Fault(name: "signs the ID token with an unknown key", code: .idpError) { $0.setIDTokenOverrides(signWithUnknownKey: true) },
+        Fault(name: "names another iss in the ID token", code: .idpError) {
+            $0.setIDTokenOverrides(issuer: "https://evil.example")
+        },
+        Fault(name: "names another aud in the ID token", code: .idpError) { $0.setIDTokenOverrides(audience: "someone-else") },
+    ]
+
+    @Test(arguments: faults)
+    func aFailingIssuer(fault: Fault) async throws {
+        let issuer = try await TestIssuer.start(accessTokenLifetime: 100)
+        let clock = ManualClock()
+        let vault = try await InProcessVault.start(clock: clock, issuerTimeout: .milliseconds(500))
+        defer { Task { await vault.stop(); await issuer.stop() } }
+        try await self.addAccount(vault, issuer)
+        let first = try await self.token(vault)
+
+        fault.apply(issuer)
+        let started = ContinuousClock.now
+        if fault.code == .idpUnavailable {
+            // While the cached token lives it is the answer, even to a forced refresh.
+            #expect(try await self.token(vault, force: true).accessToken == first.accessToken)
+            clock.advance(by: 101)
+        }
+        let error = try #require(await self.failure(vault, force: true), "a refresh succeeded against an issuer that \(fault.name)")
+        #expect(error.code == fault.code)
+        #expect(ContinuousClock.now - started < .seconds(10), "each refresh ended within the issuer timeout")
+        #expect(!error.message.contains("xxxx"), "no body is quoted back")
+        if fault.name.contains("MiB") { #expect(error.message.contains("over the 1024 KiB limit"), "\(error.message)") }
+        if fault.code == .idpError {
+            #expect(try await self.token(vault).accessToken == first.accessToken, "the cached token keeps serving")
+        }
+
+        issuer.setTokenBehaviour(.normal)
+        issuer.setIDTokenOverrides()
+        // ID tokens are signed on the real clock; keep them current for the moved one.
+        issuer.setAccessTokenLifetime(1000)
+        clock.advance(by: 120)  // past any backoff or Retry-After
+        let healed = try await self.token(vault, force: true)
+        #expect(healed.accessToken != first.accessToken)
+        #expect(await vault.broker.status().accounts.first?.needsReauth == false)
+    }
+
+    /// Discovery is the root of trust for every endpoint and key: a document
+    /// naming another issuer, or sending tokens over plain http off loopback,
+    /// is refused until the issuer serves a true one.
+    @Test(arguments: [
+        ("names another issuer", "https://evil.example", nil),
+        ("sends the token endpoint over plain http", nil, "http://id.example.org/token"),
+    ] as [(String, String?, String?)])
+    func aDiscoveryDocumentThatPointsElsewhere(name: String, issuerOverride: String?, tokenEndpoint: String?) async throws {
+        let issuer = try await TestIssuer.start()
+        let vault = try await InProcessVault.start(issuerTimeout: .milliseconds(500))
+        defer { Task { await vault.stop(); await issuer.stop() } }
+        issuer.setDiscoveryOverrides(issuer: issuerOverride, tokenEndpoint: tokenEndpoint)
+        try await self.addAccount(vault, issuer)
+        #expect(await self.failure(vault)?.code == .idpError, "\(name)")
+        #expect(issuer.refreshCount == 0, "no refresh token went to an endpoint it pointed at")
+        issuer.setDiscoveryOverrides()
+        _ = try await self.token(vault)
+    }
+
+    private func addAccount(_ vault: InProcessVault, _ issuer: TestIssuer) async throws {
+        let configuration = AccountConfiguration(
+            name: "work",
+            issuer: issuer.issuer,
+            clientID: TestIssuer.clientID,
+            scopes: ["openid", "offline_access"]
+        )
+        _ = try await vault.broker.add(
+            AccountAddition(configuration: configuration, refreshToken: try SecretBytes(utf8: issuer.mintRefreshToken()))
+        )
+    }
+
+    private func token(_ vault: InProcessVault, force: Bool = false) async throws -> TokenResult {
+        try await vault.broker.token(TokenRequest(account: "work", forceRefresh: force), for: testPeer)
+    }
+
+    private func failure(_ vault: InProcessVault, force: Bool = false) async -> VaultError? {
+        do {
+            _ = try await self.token(vault, force: force)
+            return nil
+        } catch let error as VaultError {
+            return error
+        } catch {
+            return VaultError(.internalError, "\(type(of: error))")
+        }
+    }
+}
