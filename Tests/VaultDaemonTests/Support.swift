@@ -198,21 +198,26 @@ final class LineClient: @unchecked Sendable {
     private var buffer: [UInt8] = []
 
     init(path: String, timeoutSeconds: Int = 30) throws {
-        self.fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        // The descriptor becomes `self.fd` only once connected: a throw after
+        // every property is set would run deinit and close it a second time,
+        // closing whatever else in this process had been given that number.
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8)) }
         let status = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(self.fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
             }
         }
         guard status == 0 else {
-            close(self.fd)
-            throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
+            let code = errno
+            close(fd)
+            throw POSIXError(POSIXErrorCode(rawValue: code) ?? .EIO)
         }
         var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
-        setsockopt(self.fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        self.fd = fd
     }
 
     deinit { close(self.fd) }
@@ -305,6 +310,7 @@ final class DaemonProcess: @unchecked Sendable {
         posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
         posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
         posix_spawn_file_actions_addopen(&actions, 2, self.logPath, O_WRONLY | O_APPEND, 0)
+        closeInheritedDescriptors(&actions)
         var attributes = defaultSignalsAttributes()
         defer { posix_spawnattr_destroy(&attributes) }
         let argv = command.map { strdup($0) } + [nil]
@@ -368,6 +374,23 @@ final class DaemonProcess: @unchecked Sendable {
         return await self.waitForExit()
     }
 }
+
+/// A child gets standard input, output and error only. NIO accepts
+/// connections without close-on-exec, so without this a child spawned by one
+/// test would hold another test's server-side sockets open after vaultd
+/// closed them, and that test's client would never see the close.
+func closeInheritedDescriptors(_ actions: inout posix_spawn_file_actions_t) {
+    _ = addCloseFrom(&actions, 3)
+}
+
+/// glibc's posix_spawn_file_actions_addclosefrom_np (2.34+), which Swift's
+/// Glibc module does not import.
+private let addCloseFrom: @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32 = {
+    guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addclosefrom_np") else {
+        fatalError("this glibc has no posix_spawn_file_actions_addclosefrom_np")
+    }
+    return unsafeBitCast(symbol, to: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32).self)
+}()
 
 /// Spawn attributes for a child that starts with no signal blocked and every
 /// signal at its default, whatever this test process set up.
@@ -446,6 +469,7 @@ private func blockingRunTool(
     posix_spawn_file_actions_adddup2(&actions, stdin[0], 0)
     posix_spawn_file_actions_adddup2(&actions, stdout[1], 1)
     posix_spawn_file_actions_adddup2(&actions, stderr[1], 2)
+    closeInheritedDescriptors(&actions)
     let argv = ([path] + arguments).map { strdup($0) } + [nil]
     let envp = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
     defer {

@@ -203,6 +203,12 @@ private func blockingRunTool(
     posix_spawn_file_actions_adddup2(&actions, stdinFD, 0)
     posix_spawn_file_actions_adddup2(&actions, stdoutFD, 1)
     posix_spawn_file_actions_adddup2(&actions, stderrFD, 2)
+    // Standard streams only: other tests' sockets must not outlive them in a
+    // child. (glibc's addclosefrom_np, which Swift's Glibc module does not import.)
+    if let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addclosefrom_np") {
+        typealias AddCloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+        _ = unsafeBitCast(symbol, to: AddCloseFrom.self)(&actions, 3)
+    }
     let argv = ([path] + arguments).map { strdup($0) } + [nil]
     let envp = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
     defer {
