@@ -2,6 +2,8 @@ import Foundation
 import Glibc
 import NIOCore
 import Testing
+import VaultCrypto
+import VaultProtocol
 import VaultTestIssuer
 
 /// Local clients that misbehave: each one gets nothing it should not, and
@@ -71,12 +73,14 @@ struct HostileClientTests {
     /// even when it takes longer than the idle timeout.
     @Test func aSlowRequestOutlivesTheIdleTimeout() async throws {
         let issuer = try await TestIssuer.start()
-        let vault = try await InProcessVault.start(idleTimeout: .milliseconds(300))
+        let vault = try await InProcessVault.start(idleTimeout: .seconds(1))
         defer { Task { await vault.stop(); await issuer.stop() } }
-        let client = try LineClient(path: vault.socketPath)
-        let add = #"{"id":1,"op":"account.add","name":"work","issuer":"\#(issuer.issuer)","client_id":"\#(TestIssuer.clientID)","refresh_token":"\#(issuer.mintRefreshToken())"}"#
-        #expect(await client.call(add)?["ok"] as? Bool == true)
+        let configuration = AccountConfiguration(name: "work", issuer: issuer.issuer, clientID: TestIssuer.clientID, scopes: ["openid"])
+        _ = try await vault.broker.add(
+            AccountAddition(configuration: configuration, refreshToken: try SecretBytes(utf8: issuer.mintRefreshToken()))
+        )
         issuer.setTokenBehaviour(.gate)
+        let client = try LineClient(path: vault.socketPath)
         client.send(#"{"id":2,"op":"token","account":"work"}"# + "\n")
         let deadline = ContinuousClock.now + .seconds(20)
         while issuer.refreshCount < 1, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }

@@ -40,10 +40,10 @@ struct HostileIssuerTests {
     func aFailingIssuer(fault: Fault) async throws {
         let issuer = try await TestIssuer.start(accessTokenLifetime: 100)
         let clock = ManualClock()
-        let vault = try await InProcessVault.start(clock: clock, issuerTimeout: .milliseconds(500))
+        let vault = try await InProcessVault.start(clock: clock, issuerTimeout: .seconds(5))
         defer { Task { await vault.stop(); await issuer.stop() } }
         try await self.addAccount(vault, issuer)
-        let first = try await self.token(vault)
+        let first = try await self.firstToken(vault, clock)
 
         fault.apply(issuer)
         let started = ContinuousClock.now
@@ -54,7 +54,7 @@ struct HostileIssuerTests {
         }
         let error = try #require(await self.failure(vault, force: true), "a refresh succeeded against an issuer that \(fault.name)")
         #expect(error.code == fault.code)
-        #expect(ContinuousClock.now - started < .seconds(10), "each refresh ended within the issuer timeout")
+        #expect(ContinuousClock.now - started < .seconds(20), "each refresh ended within the 5 s issuer timeout")
         #expect(!error.message.contains("xxxx"), "no body is quoted back")
         if fault.name.contains("MiB") { #expect(error.message.contains("over the 1024 KiB limit"), "\(error.message)") }
         if fault.code == .idpError {
@@ -66,7 +66,7 @@ struct HostileIssuerTests {
         // ID tokens are signed on the real clock; keep them current for the moved one.
         issuer.setAccessTokenLifetime(1000)
         clock.advance(by: 120)  // past any backoff or Retry-After
-        let healed = try await self.token(vault, force: true)
+        let healed = try await self.firstToken(vault, clock, force: true)
         #expect(healed.accessToken != first.accessToken)
         #expect(await vault.broker.status().accounts.first?.needsReauth == false)
     }
@@ -80,7 +80,7 @@ struct HostileIssuerTests {
     ] as [(String, String?, String?)])
     func aDiscoveryDocumentThatPointsElsewhere(name: String, issuerOverride: String?, tokenEndpoint: String?) async throws {
         let issuer = try await TestIssuer.start()
-        let vault = try await InProcessVault.start(issuerTimeout: .milliseconds(500))
+        let vault = try await InProcessVault.start()
         defer { Task { await vault.stop(); await issuer.stop() } }
         issuer.setDiscoveryOverrides(issuer: issuerOverride, tokenEndpoint: tokenEndpoint)
         try await self.addAccount(vault, issuer)
@@ -100,6 +100,19 @@ struct HostileIssuerTests {
         _ = try await vault.broker.add(
             AccountAddition(configuration: configuration, refreshToken: try SecretBytes(utf8: issuer.mintRefreshToken()))
         )
+    }
+
+    /// A token from a healthy issuer. Under a loaded test run an exchange
+    /// may still miss the 5 s timeout: try again past the backoff, until a deadline.
+    private func firstToken(_ vault: InProcessVault, _ clock: ManualClock, force: Bool = false) async throws -> TokenResult {
+        let deadline = ContinuousClock.now + .seconds(40)
+        while true {
+            do {
+                return try await self.token(vault, force: force)
+            } catch let error as VaultError where error.code == .idpUnavailable && ContinuousClock.now < deadline {
+                clock.advance(by: 61)
+            }
+        }
     }
 
     private func token(_ vault: InProcessVault, force: Bool = false) async throws -> TokenResult {
