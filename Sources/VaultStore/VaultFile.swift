@@ -82,7 +82,11 @@ struct VaultFile: Equatable {
         var records: [String: [UInt8]] = [:]
         for _ in 0..<count {
             let nameLength = Int(try reader.u16())
-            let name = String(decoding: try reader.bytes(nameLength), as: UTF8.self)
+            // Strict: a repaired name would seal under other bytes than it opened
+            // under, and could grow past the u16 its length is written in.
+            guard let name = String(validating: try reader.bytes(nameLength), as: UTF8.self) else {
+                throw StoreError(.corrupt, "a record name in the vault file is not UTF-8")
+            }
             let boxLength = Int(try reader.u32())
             let box = try reader.bytes(boxLength)
             guard records[name] == nil else {
