@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# Fuzzes vaultd with libFuzzer: the request path (Fuzz/FuzzRequest.swift: line
+# codec and dispatcher, every op, against a real broker with no network) and
+# the sealed vault file (Fuzz/FuzzVaultFile.swift: the file parser and the
+# record codec). Not part of scripts/test.sh.
+#
+#   scripts/fuzz.sh SECONDS              build, then run each harness SECONDS
+#   scripts/fuzz.sh SECONDS request      ... only the named harness(es)
+#   scripts/fuzz.sh --build-only [NAME]  build the harnesses only
+#   scripts/fuzz.sh --no-build SECONDS   run what was built
+#
+# How it builds. libFuzzer brings its own main(), so a harness cannot be a
+# SwiftPM product. Instead:
+#  1. SwiftPM builds the library modules, with the fuzzer and address
+#     sanitizers, into .build-fuzz/ (never .build/):
+#       swift build -c release --scratch-path .build-fuzz \
+#         --sanitize=fuzzer --sanitize=address --target VaultDaemon \
+#         -Xswiftc -enable-testing \
+#         -Xswiftc -sanitize-coverage=edge,trace-cmp,pc-table,inline-8bit-counters
+#     --target builds VaultDaemon and what it depends on, and links nothing;
+#     -enable-testing lets FuzzVaultFile `@testable import VaultStore`; the
+#     coverage flags are needed because `-sanitize=fuzzer` alone instruments
+#     only what swiftc compiles and links in one step.
+#  2. swiftc compiles each harness against those modules (the C modules' maps
+#     and include paths are read from SwiftPM's build manifest) and links it
+#     with every object file of step 1:
+#       swiftc -sanitize=fuzzer,address -parse-as-library -O -swift-version 6 \
+#         -use-ld=lld -I .build-fuzz/release/Modules <C module flags> \
+#         Fuzz/X.swift <objects>
+#     (lld ships with the toolchain; gold links too, with a warning for every
+#     local symbol of the address sanitizer.)
+#
+# How it runs. Each harness fuzzes a scratch copy of its corpus
+# (Fuzz/corpus/NAME/, kept small in git) in .build-fuzz/corpus/NAME/, with
+# -max_total_time=SECONDS, inputs up to 66,000 bytes (a line is at most
+# 65,536), a 10 s limit per input, Fuzz/NAME.dict when there is one, and its
+# final stats printed. A crash, a timeout or a failed property leaves the input
+# in .build-fuzz/crashes/ and makes the script exit non-zero once every
+# harness has run. Replay one with:
+#   .build-fuzz/fuzz-NAME .build-fuzz/crashes/NAME-crash-...
+# Run it niced on a shared machine: nice -n 10 scripts/fuzz.sh 600
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+usage() {
+    echo "usage: scripts/fuzz.sh [--no-build] SECONDS [request|vaultfile]... | --build-only [request|vaultfile]..." >&2
+    exit 64
+}
+
+build=yes
+run=yes
+seconds=
+harnesses=()
+while [ $# -gt 0 ]; do
+    case $1 in
+    --build-only) run=no ;;
+    --no-build) build=no ;;
+    request | vaultfile) harnesses+=("$1") ;;
+    -h | --help) usage ;;
+    *[!0-9]* | '') usage ;;
+    *) seconds=$1 ;;
+    esac
+    shift
+done
+if [ "$run" = yes ] && [ -z "$seconds" ]; then usage; fi
+
+scratch=.build-fuzz
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(request vaultfile)
+source_of() {
+    case $1 in
+    request) echo Fuzz/FuzzRequest.swift ;;
+    vaultfile) echo Fuzz/FuzzVaultFile.swift ;;
+    esac
+}
+
+if [ "$build" = yes ]; then
+    scripts/install-deps.sh
+    # What libFuzzer reads. swiftc adds it to a module only when it also links
+    # (as for a harness), so SwiftPM's compile steps must ask for it.
+    coverage=edge,trace-cmp,pc-table,inline-8bit-counters
+    swiftpm=(swift build -c release --scratch-path "$scratch" --sanitize=fuzzer --sanitize=address
+        --target VaultDaemon -Xswiftc -enable-testing -Xswiftc "-sanitize-coverage=$coverage")
+    "${swiftpm[@]}"
+    bin=$("${swiftpm[@]}" --show-bin-path)
+
+    # The search paths and C module maps SwiftPM compiled VaultDaemon with, from its manifest.
+    python3 - "$scratch/release.yaml" >"$scratch/harness.flags" <<'EOF'
+import json, sys
+args = None
+with open(sys.argv[1]) as manifest:
+    for line in manifest:
+        if line.startswith('  "C.VaultDaemon-') and line.rstrip().endswith('.module":'):
+            for line in manifest:
+                if line.strip().startswith("args: "):
+                    args = json.loads(line.strip()[len("args: "):])
+                    break
+            break
+if args is None:
+    sys.exit("the build manifest has no compile step for VaultDaemon")
+# -Xcc X, -I PATH and -IPATH (pkg-config's paths of the system libraries).
+i = 0
+while i < len(args):
+    if args[i] in ("-Xcc", "-I") and i + 1 < len(args):
+        print(args[i], args[i + 1], sep="\n")
+        i += 2
+    else:
+        if args[i].startswith("-I"):
+            print(args[i])
+        i += 1
+EOF
+    # Some object files have spaces in their names: the response file quotes them.
+    find "$bin" -path "$bin/Modules" -prune -o -name '*.o' -print | sort | sed 's/.*/"&"/' >"$scratch/harness.objects"
+
+    for name in "${harnesses[@]}"; do
+        echo "fuzz.sh: linking $scratch/fuzz-$name"
+        swiftc -sanitize=fuzzer,address -parse-as-library -O -swift-version 6 -warnings-as-errors -use-ld=lld \
+            -module-cache-path "$scratch/ModuleCache" @"$scratch/harness.flags" \
+            -o "$scratch/fuzz-$name" "$(source_of "$name")" @"$scratch/harness.objects"
+    done
+fi
+
+[ "$run" = yes ] || exit 0
+
+# libFuzzer's own leak check scans the heap after every input whose mallocs
+# and frees differ, which with Swift's runtime caches and tasks is most of
+# them (it made the request harness three times slower); LeakSanitizer still
+# checks the whole process once at exit, with Fuzz/lsan.supp.
+export LSAN_OPTIONS="suppressions=$PWD/Fuzz/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+
+status=0
+summary=()
+mkdir -p "$scratch/crashes"
+for name in "${harnesses[@]}"; do
+    corpus=$scratch/corpus/$name
+    rm -rf "$corpus"
+    mkdir -p "$corpus"
+    cp Fuzz/corpus/"$name"/* "$corpus"/
+    options=(-max_total_time="$seconds" -print_final_stats=1 -max_len=66000 -timeout=10 -detect_leaks=0
+        -artifact_prefix="$scratch/crashes/$name-")
+    [ -f "Fuzz/$name.dict" ] && options+=(-dict="Fuzz/$name.dict")
+    echo "fuzz.sh: fuzzing $name for $seconds s"
+    started=$(date +%s)
+    set +e
+    "$scratch/fuzz-$name" "${options[@]}" "$corpus" 2>&1 | tee "$scratch/$name.log" | grep -v '^#[0-9]'
+    result=${PIPESTATUS[0]}
+    set -e
+    elapsed=$(($(date +%s) - started))
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$scratch/$name.log" | tail -1)
+    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$scratch/$name.log" | tail -1)
+    units=$(find "$corpus" -type f | wc -l)
+    bytes=$(du -sb "$corpus" | cut -f1)
+    if [ "$result" -ne 0 ]; then
+        status=1
+        verdict="FAILED (exit $result; see $scratch/$name.log and $scratch/crashes/)"
+    else
+        verdict="no crash"
+    fi
+    summary+=("$name: ${runs:-?} inputs in $elapsed s (${rate:-?}/s), corpus $units files / $bytes bytes: $verdict")
+done
+
+echo
+printf 'fuzz.sh: %s\n' "${summary[@]}"
+exit $status
