@@ -119,12 +119,42 @@ struct VaultBench {
         for _ in 0..<5_000 { during.append(try timed(client, tokenLine)) }
         rows.append(("cached token for B while A's issuer hangs: median / p99", "\(us(percentile(during, 0.5))) / \(us(percentile(during, 0.99)))"))
 
-        // 6. Idle memory.
-        let rss = (try? String(contentsOfFile: "/proc/\(daemon.processIdentifier)/status", encoding: .utf8))?
-            .split(separator: "\n").first { $0.hasPrefix("VmRSS") }.map { String($0.dropFirst(6)).trimmingCharacters(in: .whitespaces) } ?? "?"
-        rows.append(("vaultd RSS after the runs above", rss))
+        // 6. Memory after the runs above.
+        rows.append(("vaultd RSS after the runs above", "\(try memory(of: daemon.processIdentifier).rssKB / 1024) MiB"))
 
-        // 7. vaultctl token, whole process.
+        // 7. Load: 1,000 connections held open, 100,000 token requests spread
+        // over them; twice, so a leak would show as growth between the rounds.
+        let idle = try memory(of: daemon.processIdentifier)
+        var afterRounds: [Memory] = []
+        for round in 1...2 {
+            var loaded = idle
+            let load = try heldConnections(socket: socket, connections: 1_000, requests: 100_000, line: tokenLine, workers: 50) {
+                loaded = try memory(of: daemon.processIdentifier)
+            }
+            // The connections are closed; give vaultd a moment to see them go.
+            _ = try client.call(#"{"id":1,"op":"status"}"#)
+            usleep(1_000_000)
+            afterRounds.append(try memory(of: daemon.processIdentifier))
+            rows.append((
+                "1,000 connections held + 100,000 token requests (round \(round))",
+                "\(Int(load.rate)) requests/s, \(load.errors) errors, \(load.connected) connected, RSS \(loaded.rssKB / 1024) MiB while held"
+            ))
+        }
+        rows.append((
+            "vaultd RSS: before / after round 1 / after round 2 / peak",
+            "\(idle.rssKB / 1024) / \(afterRounds[0].rssKB / 1024) / \(afterRounds[1].rssKB / 1024) / \(afterRounds[1].peakKB / 1024) MiB"
+        ))
+
+        // 8. A client that sends requests and never reads a reply.
+        let beforeSlow = try memory(of: daemon.processIdentifier)
+        let written = try slowReader(socket: socket, line: tokenLine)
+        let withSlow = try memory(of: daemon.processIdentifier)
+        rows.append((
+            "a client that never reads: bytes of requests vaultd took before it stopped reading",
+            "\(written / 1024) KiB, RSS +\(max(0, withSlow.rssKB - beforeSlow.rssKB) / 1024) MiB"
+        ))
+
+        // 9. vaultctl token, whole process.
         var cli: [Double] = []
         for _ in 0..<200 {
             let start = Clock.now()
@@ -201,6 +231,82 @@ func throughput(socket: String, clients: Int, line: String, seconds: Double) thr
     return (Double(ok) / elapsed, errors)
 }
 
+/// `connections` connections opened and held; `workers` threads each own a
+/// slice of them and send `requests` in all, round-robin over their slice;
+/// `whileHeld` runs after the last reply, before the connections close.
+func heldConnections(
+    socket: String,
+    connections: Int,
+    requests: Int,
+    line: String,
+    workers: Int,
+    whileHeld: () throws -> Void
+) throws -> (rate: Double, errors: Int, connected: Int) {
+    let clients = try (0..<connections).map { _ in try Client.connect(socket, deadline: 5) }
+    // Every connection has spoken once, so all 1,000 are accepted and live.
+    for client in clients { _ = try client.call(#"{"id":0,"op":"hello"}"#) }
+    let counts = Slots<Int>(count: workers * 2, initial: 0)
+    let perWorker = requests / workers
+    let start = Clock.now()
+    let done = DispatchGroup()
+    for worker in 0..<workers {
+        done.enter()
+        let mine = stride(from: worker, to: connections, by: workers).map { clients[$0] }
+        Thread {
+            for index in 0..<perWorker {
+                if let reply = try? mine[index % mine.count].call(line), reply.contains(#""ok":true"#) {
+                    counts.buffer[worker * 2] += 1
+                } else {
+                    counts.buffer[worker * 2 + 1] += 1
+                }
+            }
+            done.leave()
+        }.start()
+    }
+    done.wait()
+    let elapsed = Clock.now() - start
+    try whileHeld()
+    let ok = (0..<workers).reduce(0) { $0 + counts.buffer[$1 * 2] }
+    let errors = (0..<workers).reduce(0) { $0 + counts.buffer[$1 * 2 + 1] } + (requests - perWorker * workers)
+    return (Double(ok) / elapsed, errors, clients.count)
+}
+
+/// Sends token requests on one connection without reading a reply until a
+/// second passes with no room to write; the bytes vaultd took meanwhile.
+func slowReader(socket: String, line: String) throws -> Int {
+    let client = try Client.connect(socket, deadline: 5)
+    _ = fcntl(client.fd, F_SETFL, fcntl(client.fd, F_GETFL) | O_NONBLOCK)
+    let chunk = Array(String(repeating: line + "\n", count: 1024).utf8)
+    var total = 0
+    while total < 1 << 30 {
+        let n = chunk.withUnsafeBytes { send(client.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        if n > 0 {
+            total += n
+            continue
+        }
+        guard errno == EAGAIN else { throw BenchError("the slow reader's connection failed") }
+        var entry = pollfd(fd: client.fd, events: Int16(POLLOUT), revents: 0)
+        if poll(&entry, 1, 1000) == 0 { return total }
+    }
+    throw BenchError("vaultd read 1 GiB from a client that never reads")
+}
+
+struct Memory {
+    var rssKB: Int
+    var peakKB: Int
+    var threads: Int
+}
+
+/// VmRSS, VmHWM and Threads from /proc/PID/status.
+func memory(of pid: Int32) throws -> Memory {
+    let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+    func field(_ name: String) -> Int {
+        guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix(name + ":") }) else { return -1 }
+        return Int(line.dropFirst(name.count + 1).trimmingCharacters(in: .whitespaces).split(separator: " ")[0]) ?? -1
+    }
+    return Memory(rssKB: field("VmRSS"), peakKB: field("VmHWM"), threads: field("Threads"))
+}
+
 /// `clients` connections each sending one request at the same moment (all
 /// sent before any reply is read); each one's wait for its reply.
 func concurrent(socket: String, clients: Int, line: String) throws -> [Double] {
@@ -250,17 +356,19 @@ final class Client: @unchecked Sendable {
     }
 
     init(_ path: String) throws {
-        self.fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        // Set `self.fd` only once connected, so a failed connect is closed once.
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8)) }
         let status = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(self.fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
         guard status == 0 else {
-            close(self.fd)
+            close(fd)
             throw BenchError("connect failed")
         }
+        self.fd = fd
     }
 
     deinit { close(self.fd) }
