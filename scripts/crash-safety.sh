@@ -346,7 +346,7 @@ def cmd_snapshot(state, config, gw, prefix):
     vaultd, and records where the vault's refresh token stands at the
     provider (its hash goes to PREFIX.hash, the newest access token's hash to
     PREFIX.access). Prints one JSON object."""
-    out = {"vault_ok": False, "accounts_ok": False, "tmp_left": os.path.exists(state + "/tokenvault/vault.sealed.tmp")}
+    out = {"vault_ok": False, "accounts_ok": False, "tmp_left": any(n.startswith("vault.sealed.tmp") for n in os.listdir(state + "/tokenvault"))}
     try:
         names = [a.get("name") for a in json.load(open(config + "/tokenvault/accounts.json"))["accounts"]]
         out["accounts_ok"] = "work" in names

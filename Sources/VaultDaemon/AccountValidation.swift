@@ -20,6 +20,9 @@ enum AccountValidation {
         guard c.allowedClients.allSatisfy({ $0.hasPrefix("/") }) else {
             throw VaultError(.badRequest, "'allowed_clients' lists absolute executable paths")
         }
+        guard (10...100).contains(c.refreshAhead) else {
+            throw VaultError(.badRequest, "'refresh_ahead' is a percentage of a token's lifetime from 10 to 100 (100: refresh only at expiry)")
+        }
         if let redirect = c.redirectURI {
             guard let url = URL(string: redirect), url.scheme == "http", let host = url.host, Self.isLoopback(host),
                 url.port != nil

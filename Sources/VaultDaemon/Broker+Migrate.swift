@@ -20,6 +20,22 @@ extension Broker {
         }
         let target = self.alsoWipe[index]
         if source.isLocked || target.isLocked { throw Self.lockedError }
+        // One turn of the store queue: no save or remove runs between the
+        // copy and the switch, and those asked meanwhile go to the target.
+        let moving = self.storeQueue.enqueue { () async -> Result<[String], VaultError> in
+            await self.move(from: source, to: target, backendIndex: index)
+        }
+        let moved = try await moving.value.get()
+        try await self.saveDirectory()
+        self.logger.notice("secrets migrated", metadata: ["from": "\(source.backend.rawValue)", "to": "\(name)", "accounts": "\(moved.count)"])
+        return MigrationResult(from: source.backend.rawValue, to: name, moved: moved)
+    }
+
+    private func move(from source: any SecretStore, to target: any SecretStore, backendIndex index: Int) async -> Result<[String], VaultError> {
+        let name = target.backend.rawValue
+        guard self.store.backend == source.backend else {
+            return .failure(VaultError(.badRequest, "another migration moved the secrets to \(self.store.backend.rawValue) meanwhile"))
+        }
         var moved: [String] = []
         for account in self.accounts.keys.sorted() {
             do throws(StoreError) {
@@ -31,9 +47,11 @@ extension Broker {
                 _ = try await source.remove(account)
             } catch {
                 self.logger.error("migration stopped", metadata: ["account": "\(account)", "reason": "\(error.message)"])
-                throw VaultError(
-                    .internalError,
-                    "migration stopped at '\(account)' (\(error.message)); accounts before it are in \(name), the rest are still in \(source.backend.rawValue)"
+                return .failure(
+                    VaultError(
+                        .internalError,
+                        "migration stopped at '\(account)' (\(error.message)); accounts before it are in \(name), the rest are still in \(source.backend.rawValue)"
+                    )
                 )
             }
             moved.append(account)
@@ -41,8 +59,6 @@ extension Broker {
         self.alsoWipe[index] = source
         self.store = target
         self.backendReason = "migrated from \(source.backend.rawValue)"
-        try await self.directory.save(self.accounts.values.map(\.configuration), backend: target.backend)
-        self.logger.notice("secrets migrated", metadata: ["from": "\(source.backend.rawValue)", "to": "\(name)", "accounts": "\(moved.count)"])
-        return MigrationResult(from: source.backend.rawValue, to: name, moved: moved)
+        return .success(moved)
     }
 }

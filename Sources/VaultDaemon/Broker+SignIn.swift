@@ -8,6 +8,9 @@ import VaultStore
 public struct SignInAccount: Sendable {
     public var configuration: AccountConfiguration
     public var client: ClientCredentials
+    /// The account's sign-in when the flow started: a sign-out, lock or
+    /// other sign-in since fences the flow's completion.
+    var generation: Int
 }
 
 extension Broker {
@@ -18,7 +21,8 @@ extension Broker {
         if self.store.isLocked { throw Self.lockedError }
         return SignInAccount(
             configuration: account.configuration,
-            client: ClientCredentials(clientID: account.configuration.clientID, secret: account.secrets.clientSecret)
+            client: ClientCredentials(clientID: account.configuration.clientID, secret: account.secrets.clientSecret),
+            generation: account.generation
         )
     }
 
@@ -34,15 +38,22 @@ extension Broker {
     /// Ends a successful sign-in: validates the ID token (with the flow's
     /// nonce), stores the refresh token durably, replaces whatever the
     /// account held, caches the access token and tells subscribers.
-    /// Returns the username from the validated ID token.
+    /// Returns the username from the validated ID token. A sign-in whose
+    /// account was signed out, locked or signed in otherwise since the flow
+    /// started (`generation`) keeps nothing, and its refresh token is revoked.
     func completeSignIn(
         _ name: String,
+        generation: Int,
         response: TokenResponse,
         nonce: String?,
         metadata: ProviderMetadata
     ) async throws(VaultError) -> String? {
         guard let account = self.accounts[name] else { throw Self.unknownAccount(name) }
         let configuration = account.configuration
+        let client = ClientCredentials(clientID: configuration.clientID, secret: account.secrets.clientSecret)
+        guard account.generation == generation else {
+            throw self.discard(name, rotated: response.refreshToken, client: client, metadata: metadata)
+        }
         guard let refreshToken = response.refreshToken else {
             throw VaultError(
                 .idpError,
@@ -67,13 +78,20 @@ extension Broker {
             }
         }
         guard self.accounts[name] != nil else { throw Self.unknownAccount(name) }
+        guard self.accounts[name]?.generation == generation else {
+            throw self.discard(name, rotated: refreshToken, client: client, metadata: metadata)
+        }
         let clientSecret = self.accounts[name]?.secrets.clientSecret
         let secrets = AccountSecrets(refreshToken: refreshToken, clientSecret: clientSecret, idToken: response.idToken)
         do {
-            try await self.store.save(secrets, for: name)
+            try await self.stored { store throws(StoreError) in try await store.save(secrets, for: name) }
         } catch {
             self.logger.error("signed-in refresh token not saved", metadata: ["account": "\(name)", "reason": "\(error.message)"])
             throw Self.wire(error)
+        }
+        // A sign-out meanwhile removed it again after this save (the store keeps their order).
+        guard self.accounts[name]?.generation == generation else {
+            throw self.discard(name, rotated: refreshToken, client: client, metadata: metadata)
         }
         // Whatever the account held before is replaced, with every token minted from it.
         self.forgetSecrets(of: name)
@@ -81,8 +99,10 @@ extension Broker {
         self.accounts[name]?.claims = claims
         let token = CachedToken(
             accessToken: response.accessToken,
-            expiresAt: now + Double(response.expiresIn ?? Int(Self.assumedLifetime)),
-            scope: response.scope ?? configuration.scopes.joined(separator: " ")
+            issuedAt: now,
+            lifetime: response.expiresIn ?? Self.assumedLifetime,
+            scope: response.scope ?? configuration.scopes.joined(separator: " "),
+            refreshAhead: configuration.refreshAhead
         )
         self.cache.store(token, account: name, key: TokenCache.key(configuration.scopes))
         let username = self.accounts[name]?.username

@@ -5,78 +5,124 @@ public import VaultProtocol
 import VaultStore
 
 extension Broker {
-    /// Signs an account out everywhere (DESIGN "Sign-out wipes every copy"):
-    /// its secrets and tokens leave memory at once, every store that holds
-    /// them is emptied, the refresh token is revoked at the issuer, and
-    /// subscribers are told. A revocation that fails still wipes, and says so.
-    /// Returns the receipt and how many subscribers were told.
-    public func signOut(_ name: String) async throws(VaultError) -> (SignOutReceipt, notified: Int) {
-        guard let account = self.accounts[name] else { throw Self.unknownAccount(name) }
-        if self.store.isLocked { throw Self.lockedError }
-        let configuration = account.configuration
-        let secrets = account.secrets
-        // Nothing is served from here on, and no refresh in flight writes back.
-        self.forgetSecrets(of: name)
-        var wiped = ["memory"]
-        for store in [self.store] + self.alsoWipe {
-            do {
-                if try await store.remove(name) { wiped.append(store.backend.rawValue) }
-            } catch {
-                self.logger.error("secrets not removed", metadata: ["account": "\(name)", "backend": "\(store.backend.rawValue)", "reason": "\(error.message)"])
-                throw VaultError(
-                    .internalError,
-                    "'\(name)' is wiped from memory but its \(store.backend.rawValue) copy could not be removed: \(error.message)"
-                )
-            }
-        }
-        var revoked = "no"
-        var reason: String?
-        var endSession: String?
-        let client = ClientCredentials(clientID: configuration.clientID, secret: secrets.clientSecret)
-        if let refreshToken = secrets.refreshToken {
-            do {
-                let metadata = try await self.oidc.metadata(for: configuration.issuer, now: self.clock.now())
-                let outcome = await self.oidc.revoke(refreshToken: refreshToken, client: client, metadata: metadata)
-                revoked = outcome.0.rawValue
-                reason = outcome.reason
-                endSession = self.oidc.endSessionURL(metadata: metadata, clientID: configuration.clientID, idToken: secrets.idToken)
-            } catch {
-                revoked = Revocation.failed.rawValue
-                reason = Self.wire(error, account: name).message
-            }
-        }
-        // The client secret is configuration the user gave; it stays unless the account goes.
-        if let clientSecret = secrets.clientSecret {
-            let kept = AccountSecrets(clientSecret: clientSecret)
-            do {
-                try await self.store.save(kept, for: name)
-                self.accounts[name]?.secrets = kept
-            } catch {
-                self.logger.error("client secret not kept", metadata: ["account": "\(name)", "reason": "\(error.message)"])
-            }
-        }
-        let notified = self.events.emit(Event(.signedOut, account: name))
-        self.logger.notice(
-            "signed out",
-            metadata: ["account": "\(name)", "revoked": "\(revoked)", "wiped": "\(wiped)", "notified": "\(notified)"]
-        )
-        return (SignOutReceipt(name: name, revoked: revoked, reason: reason, wiped: wiped, endSessionURL: endSession), notified)
+    /// What a sign-out took out of the vault, kept to revoke at the issuer
+    /// once every local copy is gone.
+    struct Wipe: Sendable {
+        var name: String
+        var configuration: AccountConfiguration
+        var secrets: AccountSecrets
+        var wiped: [String]
+        /// Copies that could not be removed, in words.
+        var failures: [String] = []
+        var notified: Int
     }
 
-    /// `signout` for one account or all of them.
+    /// Signs an account out everywhere (DESIGN "Sign-out wipes every copy"):
+    /// its secrets and tokens leave memory and every store that holds them,
+    /// subscribers are told, and only then is the refresh token revoked at
+    /// the issuer, so a slow issuer never keeps a token alive here.
+    /// A revocation that fails still wipes, and says so.
+    public func signOut(_ name: String) async throws(VaultError) -> (SignOutReceipt, notified: Int) {
+        let wipe = try await self.wipe(name)
+        let receipt = await self.revoke(wipe)
+        if !wipe.failures.isEmpty {
+            throw VaultError(.internalError, "'\(name)' is signed out, but \(wipe.failures.joined(separator: "; "))")
+        }
+        return (receipt, wipe.notified)
+    }
+
+    /// `signout` for one account or all of them. With all, every account is
+    /// wiped here before any issuer is called, the revocations run at once,
+    /// and every account gets a row, whatever failed for the others.
     public func signOut(_ target: SignOutTarget) async throws(VaultError) -> SignOutResult {
-        let names: [String]
         switch target {
-        case .account(let name): names = [name]
-        case .all: names = self.accounts.keys.sorted()
+        case .account(let name):
+            let (receipt, notified) = try await self.signOut(name)
+            return SignOutResult(accounts: [receipt], notified: notified)
+        case .all:
+            if self.store.isLocked { throw Self.lockedError }
+            var wipes: [Wipe] = []
+            for name in self.accounts.keys.sorted() {
+                guard let wipe = try? await self.wipe(name) else { continue }
+                wipes.append(wipe)
+            }
+            let receipts = await withTaskGroup(of: (Int, SignOutReceipt).self) { group in
+                for (index, wipe) in wipes.enumerated() {
+                    group.addTask { (index, await self.revoke(wipe)) }
+                }
+                var receipts: [(Int, SignOutReceipt)] = []
+                for await receipt in group { receipts.append(receipt) }
+                return receipts.sorted { $0.0 < $1.0 }.map(\.1)
+            }
+            return SignOutResult(accounts: receipts, notified: wipes.reduce(0) { $0 + $1.notified })
         }
-        var receipts: [SignOutReceipt] = []
-        var notified = 0
-        for name in names {
-            let (receipt, told) = try await self.signOut(name)
-            receipts.append(receipt)
-            notified += told
+    }
+
+    /// Everything local: memory first (nothing is served from here on, and
+    /// every refresh or sign-in in flight is fenced), then every store that
+    /// may hold a copy, then the subscribers. The client secret is the
+    /// application's, not the user's: it stays in the configured store.
+    private func wipe(_ name: String) async throws(VaultError) -> Wipe {
+        guard let account = self.accounts[name] else { throw Self.unknownAccount(name) }
+        if self.store.isLocked { throw Self.lockedError }
+        let secrets = account.secrets
+        self.forgetSecrets(of: name)
+        let kept = secrets.clientSecret.map { AccountSecrets(clientSecret: $0) }
+        if let kept { self.accounts[name]?.secrets = kept }
+        var wipe = Wipe(name: name, configuration: account.configuration, secrets: secrets, wiped: ["memory"], notified: 0)
+        let configured = self.store.backend
+        for store in [self.store] + self.alsoWipe {
+            let keep = store.backend == configured ? kept : nil
+            do {
+                let held = try await self.stored { _ throws(StoreError) -> Bool in
+                    let held = try await store.load(name)
+                    if let keep {
+                        try await store.save(keep, for: name)
+                    } else if held != nil {
+                        _ = try await store.remove(name)
+                    }
+                    return held.map { $0.refreshToken != nil || $0.idToken != nil || keep == nil } ?? false
+                }
+                if held { wipe.wiped.append(store.backend.rawValue) }
+            } catch {
+                self.logger.error("secrets not removed", metadata: ["account": "\(name)", "backend": "\(store.backend.rawValue)", "reason": "\(error.message)"])
+                wipe.failures.append("its \(store.backend.rawValue) copy could not be removed: \(error.message)")
+            }
         }
-        return SignOutResult(accounts: receipts, notified: notified)
+        wipe.notified = self.events.emit(Event(.signedOut, account: name))
+        return wipe
+    }
+
+    /// The network part: RFC 7009 revocation and the end-session URL. Runs
+    /// off the actor; the account is already wiped.
+    private nonisolated func revoke(_ wipe: Wipe) async -> SignOutReceipt {
+        let name = wipe.name
+        var revoked = "no"
+        var reasons = wipe.failures
+        var endSession: String?
+        let client = ClientCredentials(clientID: wipe.configuration.clientID, secret: wipe.secrets.clientSecret)
+        if let refreshToken = wipe.secrets.refreshToken {
+            do {
+                let metadata = try await self.oidc.metadata(for: wipe.configuration.issuer, now: self.clock.now())
+                let outcome = await self.oidc.revoke(refreshToken: refreshToken, client: client, metadata: metadata)
+                revoked = outcome.0.rawValue
+                if let reason = outcome.reason { reasons.append(reason) }
+                endSession = self.oidc.endSessionURL(metadata: metadata, clientID: wipe.configuration.clientID, idToken: wipe.secrets.idToken)
+            } catch {
+                revoked = Revocation.failed.rawValue
+                reasons.append(Self.wire(error, account: name).message)
+            }
+        }
+        self.logger.notice(
+            "signed out",
+            metadata: ["account": "\(name)", "revoked": "\(revoked)", "wiped": "\(wipe.wiped)", "notified": "\(wipe.notified)"]
+        )
+        return SignOutReceipt(
+            name: name,
+            revoked: revoked,
+            reason: reasons.isEmpty ? nil : reasons.joined(separator: "; "),
+            wiped: wipe.wiped,
+            endSessionURL: endSession
+        )
     }
 }

@@ -17,13 +17,20 @@ struct Backoff: Sendable {
         self.failures += 1
         let exponential = min(Self.cap, Self.base * Double(1 << min(self.failures - 1, 10)))
         let jittered = exponential * Double.random(in: 0.5...1.0)
-        self.notBefore = now + max(jittered, Double(min(retryAfter ?? 0, 3600)))
+        self.notBefore = now + max(jittered, Double(min(max(retryAfter ?? 0, 0), 3600)))
     }
+}
+
+/// One refresh of one scope set, numbered so that it removes only itself
+/// from the account's table when it ends.
+struct Refresh: Sendable {
+    let serial: Int
+    let task: Task<Result<CachedToken, VaultError>, Never>
 }
 
 extension Broker {
     /// Lifetime assumed when the issuer sends no `expires_in`.
-    static let assumedLifetime: Double = 300
+    static let assumedLifetime = 300
 
     /// `token`: from memory when the cached token lives at least `minTTL` more
     /// seconds, else from exactly one refresh per account and scope set.
@@ -36,6 +43,9 @@ extension Broker {
         let now = self.clock.now()
         let cachedToken = self.cache.token(account: name, key: key)
         if !request.forceRefresh, let cached = cachedToken, cached.expiresAt - now >= Double(request.minTTL) {
+            if self.cache.claimRefreshAhead(account: name, key: key, now: now) {
+                self.refreshAhead(name, scopes: request.scopes)
+            }
             return cached.result(now: now)
         }
         try self.checkSignedIn(name)
@@ -43,19 +53,10 @@ extension Broker {
             if let cached = cachedToken, cached.expiresAt > now { return cached.result(now: now) }
             throw Self.unavailable(name, reason: "the last attempt failed", retryAfter: wait)
         }
-        let refresh: Task<Result<CachedToken, VaultError>, Never>
-        if let running = self.accounts[name]?.refreshing[key] {
-            refresh = running
-        } else {
-            let scopeParameter = request.scopes == nil ? nil : scopes.joined(separator: " ")
-            refresh = Task { await self.refresh(name, key: key, scope: scopeParameter) }
-            self.accounts[name]?.refreshing[key] = refresh
-        }
+        let refresh = self.accounts[name]?.refreshing[key]?.task ?? self.startRefresh(name, key: key, scopes: request.scopes)
         self.accounts[name]?.waiting += 1
         let outcome = await refresh.value
         self.accounts[name]?.waiting -= 1
-        // Actor reentrancy: the account may have changed while we waited; re-read it.
-        if self.accounts[name]?.refreshing[key] == refresh { self.accounts[name]?.refreshing[key] = nil }
         let later = self.clock.now()
         switch outcome {
         case .success(let token):
@@ -76,6 +77,48 @@ extension Broker {
         self.accounts[account]?.waiting ?? 0
     }
 
+    /// Whether a refresh of `account` is under way (one asked for ahead of
+    /// expiry has no caller waiting on it); for tests.
+    public func isRefreshing(account: String) -> Bool {
+        !(self.accounts[account]?.refreshing.isEmpty ?? true)
+    }
+
+    /// A token in use has passed its refresh-ahead point: refresh it in the
+    /// background so that no caller waits on the issuer. Nothing starts when
+    /// a refresh of that scope set runs, the issuer asked us to wait, or the
+    /// account cannot refresh.
+    func refreshAhead(_ name: String, scopes: [String]?) {
+        guard let account = self.accounts[name] else { return }
+        let key = TokenCache.key(scopes ?? account.configuration.scopes)
+        guard account.refreshing[key] == nil, account.secrets.refreshToken != nil, !account.needsReauth,
+            !self.store.isLocked, account.backoff.notBefore <= self.clock.now()
+        else { return }
+        self.logger.debug("refreshing ahead of expiry", metadata: ["account": "\(name)"])
+        _ = self.startRefresh(name, key: key, scopes: scopes)
+    }
+
+    /// Starts the refresh of one scope set. It spends the refresh token only
+    /// once every earlier refresh of the account has ended, with the newest
+    /// token then, and it runs to its end (storing a rotated token) even if
+    /// every caller has gone.
+    private func startRefresh(_ name: String, key: String, scopes: [String]?) -> Task<Result<CachedToken, VaultError>, Never> {
+        let previous = self.accounts[name]?.spending?.task
+        let generation = self.accounts[name]?.generation ?? 0
+        self.refreshSerial += 1
+        let serial = self.refreshSerial
+        let scope = scopes.map { $0.joined(separator: " ") }
+        let task = Task {
+            _ = await previous?.value
+            let outcome = await self.refresh(name, key: key, scope: scope, generation: generation)
+            if self.accounts[name]?.refreshing[key]?.serial == serial { self.accounts[name]?.refreshing[key] = nil }
+            return outcome
+        }
+        let refresh = Refresh(serial: serial, task: task)
+        self.accounts[name]?.refreshing[key] = refresh
+        self.accounts[name]?.spending = refresh
+        return task
+    }
+
     /// `refresh_token`: hands the refresh token itself to a companion, only
     /// where the account says `release_refresh_token` and only to a program
     /// in its `allowed_clients`. Every release is an audit line (who, when,
@@ -93,7 +136,7 @@ extension Broker {
         }
         try self.checkSignedIn(name)
         guard let refreshToken = self.accounts[name]?.secrets.refreshToken else {
-            throw VaultError(.notSignedIn, "'\(name)' is not signed in; sign in with: vaultctl signin \(name)")
+            throw Self.notSignedIn(name)
         }
         self.logger.notice("refresh token released", metadata: ["account": "\(name)", "exe": "\(exe)", "pid": "\(peer.pid)"])
         return RefreshTokenResult(refreshToken: refreshToken)
@@ -127,11 +170,22 @@ extension Broker {
     /// One refresh against the issuer. The rotated refresh token is written to
     /// the store before anyone sees the new access token; a refresh token that
     /// may have been spent is never sent again from here (no retry loop).
-    private func refresh(_ name: String, key: String, scope: String?) async -> Result<CachedToken, VaultError> {
-        guard let account = self.accounts[name], let refreshToken = account.secrets.refreshToken else {
-            return .failure(VaultError(.notSignedIn, "'\(name)' is not signed in; sign in with: vaultctl signin \(name)"))
+    /// After every suspension it checks that the account is still the same
+    /// sign-in (`generation`); if not, it keeps nothing and revokes what the
+    /// issuer rotated.
+    private func refresh(_ name: String, key: String, scope: String?, generation: Int) async -> Result<CachedToken, VaultError> {
+        guard self.accounts[name]?.generation == generation else { return .failure(Self.signedOutMeanwhile(name)) }
+        do {
+            try self.checkSignedIn(name)
+        } catch {
+            return .failure(error)
         }
-        let generation = account.generation
+        guard let account = self.accounts[name], let refreshToken = account.secrets.refreshToken else {
+            return .failure(Self.notSignedIn(name))
+        }
+        // An earlier refresh of another scope set may have just failed.
+        let wait = account.backoff.notBefore - self.clock.now()
+        guard wait <= 0 else { return .failure(Self.unavailable(name, reason: "the last attempt failed", retryAfter: wait)) }
         let configuration = account.configuration
         let client = ClientCredentials(clientID: configuration.clientID, secret: account.secrets.clientSecret)
         let response: TokenResponse
@@ -142,18 +196,20 @@ extension Broker {
         } catch {
             return .failure(self.failed(name, generation: generation, error))
         }
+        let rotated = response.refreshToken.flatMap { $0 == refreshToken ? nil : $0 }
         guard self.accounts[name]?.generation == generation else {
-            return .failure(VaultError(.notSignedIn, "'\(name)' was signed out while its token was refreshed"))
+            return .failure(self.discard(name, rotated: rotated, client: client, metadata: metadata))
         }
         let now = self.clock.now()
-        var secrets = self.accounts[name]?.secrets ?? AccountSecrets()
-        if let rotated = response.refreshToken, rotated != refreshToken {
+        if let rotated {
+            var secrets = self.accounts[name]?.secrets ?? AccountSecrets()
             secrets.refreshToken = rotated
             if let idToken = response.idToken { secrets.idToken = idToken }
             // Memory follows the issuer at once: the old token is spent either way.
             self.accounts[name]?.secrets = secrets
+            let rotatedSecrets = secrets
             do {
-                try await self.store.save(secrets, for: name)
+                try await self.stored { store throws(StoreError) in try await store.save(rotatedSecrets, for: name) }
             } catch {
                 self.logger.error("rotated refresh token not saved", metadata: ["account": "\(name)", "reason": "\(error.message)"])
                 return .failure(
@@ -163,40 +219,62 @@ extension Broker {
                     )
                 )
             }
+            // A sign-out meanwhile removed it again after this save (the store keeps their order).
+            guard self.accounts[name]?.generation == generation else {
+                return .failure(self.discard(name, rotated: rotated, client: client, metadata: metadata))
+            }
         }
         if let idToken = response.idToken {
+            let claims: JSONValue
             do {
-                let claims = try await self.oidc.validateIDToken(
+                claims = try await self.oidc.validateIDToken(
                     idToken,
                     clientID: configuration.clientID,
                     nonce: nil,
                     metadata: metadata,
                     now: now
                 )
-                self.accounts[name]?.claims = claims
-                if self.accounts[name]?.secrets.idToken == nil {
-                    self.accounts[name]?.secrets.idToken = idToken
-                }
             } catch {
                 self.logger.warning("ID token refused", metadata: ["account": "\(name)", "reason": "\(error)"])
                 return .failure(Self.wire(error, account: name))
             }
+            guard self.accounts[name]?.generation == generation else {
+                return .failure(self.discard(name, rotated: rotated, client: client, metadata: metadata))
+            }
+            self.accounts[name]?.claims = claims
+            if self.accounts[name]?.secrets.idToken == nil {
+                self.accounts[name]?.secrets.idToken = idToken
+            }
         }
         let token = CachedToken(
             accessToken: response.accessToken,
-            expiresAt: now + Double(response.expiresIn ?? Int(Self.assumedLifetime)),
-            scope: response.scope ?? scope ?? configuration.scopes.joined(separator: " ")
+            issuedAt: now,
+            lifetime: response.expiresIn ?? Self.assumedLifetime,
+            scope: response.scope ?? scope ?? configuration.scopes.joined(separator: " "),
+            refreshAhead: configuration.refreshAhead
         )
         self.cache.store(token, account: name, key: key)
         self.accounts[name]?.backoff = Backoff()
         var event = Event(.tokenRefreshed, account: name)
-        event.expiresAt = Int64(token.expiresAt)
+        event.expiresAt = Seconds.int64(token.expiresAt)
         self.events.emit(event)
         self.logger.info(
             "token refreshed",
-            metadata: ["account": "\(name)", "rotated": "\(response.refreshToken != nil)", "expires_in": "\(response.expiresIn ?? -1)"]
+            metadata: ["account": "\(name)", "rotated": "\(rotated != nil)", "expires_in": "\(response.expiresIn ?? -1)"]
         )
         return .success(token)
+    }
+
+    /// The account was signed out, locked or signed in anew while a refresh
+    /// or sign-in of the old session was out: keep nothing, and revoke the
+    /// refresh token the issuer handed out meanwhile, where it can.
+    func discard(_ name: String, rotated: SecretBytes?, client: ClientCredentials, metadata: ProviderMetadata) -> VaultError {
+        if let rotated {
+            self.logger.notice("a refresh token issued after sign-out is revoked", metadata: ["account": "\(name)"])
+            let oidc = self.oidc
+            Task.detached { _ = await oidc.revoke(refreshToken: rotated, client: client, metadata: metadata) }
+        }
+        return Self.signedOutMeanwhile(name)
     }
 
     private func failed(_ name: String, generation: Int, _ error: ProviderError) -> VaultError {
@@ -215,7 +293,7 @@ extension Broker {
         }
         var wire = Self.wire(error, account: name)
         if wire.code == .idpUnavailable, let notBefore = self.accounts[name]?.backoff.notBefore {
-            wire.retryAfterMs = max(0, Int((notBefore - self.clock.now()) * 1000))
+            wire.retryAfterMs = Seconds.milliseconds(notBefore - self.clock.now())
         }
         return wire
     }
@@ -231,9 +309,15 @@ extension Broker {
                 "the issuer rejected the refresh token for '\(name)'; sign in again with: vaultctl signin \(name)"
             )
         }
-        guard account.secrets.refreshToken != nil else {
-            throw VaultError(.notSignedIn, "'\(name)' is not signed in; sign in with: vaultctl signin \(name)")
-        }
+        guard account.secrets.refreshToken != nil else { throw Self.notSignedIn(name) }
+    }
+
+    static func notSignedIn(_ name: String) -> VaultError {
+        VaultError(.notSignedIn, "'\(name)' is not signed in; sign in with: vaultctl signin \(name)")
+    }
+
+    static func signedOutMeanwhile(_ name: String) -> VaultError {
+        VaultError(.notSignedIn, "'\(name)' was signed out meanwhile; sign in again with: vaultctl signin \(name)")
     }
 
     static func checkAllowed(_ configuration: AccountConfiguration, peer: Peer) throws(VaultError) {
@@ -248,10 +332,11 @@ extension Broker {
     }
 
     static func unavailable(_ name: String, reason: String, retryAfter: Double) -> VaultError {
-        VaultError(
+        let milliseconds = Seconds.milliseconds(retryAfter)
+        return VaultError(
             .idpUnavailable,
-            "the issuer of '\(name)' cannot be reached (\(reason)); try again in \(Int(retryAfter.rounded(.up))) s",
-            retryAfterMs: Int(retryAfter * 1000)
+            "the issuer of '\(name)' cannot be reached (\(reason)); try again in \((milliseconds + 999) / 1000) s",
+            retryAfterMs: milliseconds
         )
     }
 

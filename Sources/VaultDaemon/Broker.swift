@@ -23,7 +23,13 @@ public actor Broker {
     /// Access tokens, readable from the event loops without this actor.
     public nonisolated let cache = TokenCache()
     /// Subscribers, told of sign-ins, refreshes and lost sessions.
-    public nonisolated let events = EventHub()
+    public nonisolated let events: EventHub
+    /// Every read and write of secrets, in the order the broker asked for them.
+    let storeQueue = SerialQueue()
+    /// Every write of accounts.json, each of the configuration as it is then.
+    let directoryWrites = SerialQueue()
+    /// Numbers each refresh, so a finished one removes only itself.
+    var refreshSerial = 0
 
     struct Account {
         var configuration: AccountConfiguration
@@ -32,12 +38,16 @@ public actor Broker {
         /// Validated ID-token claims, from the last ID token the issuer sent.
         var claims: JSONValue?
         /// The one refresh in flight per scope set; every caller awaits it.
-        var refreshing: [String: Task<Result<CachedToken, VaultError>, Never>] = [:]
+        var refreshing: [String: Refresh] = [:]
+        /// The last refresh to spend the refresh token; the next waits for it,
+        /// so one refresh token is never sent twice, whatever the scope sets.
+        var spending: Refresh?
         var backoff = Backoff()
         /// Callers awaiting a refresh of this account.
         var waiting = 0
-        /// Bumped whenever secrets are replaced or dropped, so a refresh that
-        /// started before does not write back over them.
+        /// Bumped whenever secrets are replaced or dropped (sign-in, sign-out,
+        /// lock): work that started before checks it after every suspension
+        /// and, when it changed, keeps nothing of what it got.
         var generation = 0
 
         var username: String? {
@@ -53,9 +63,11 @@ public actor Broker {
         keySource: KeySource?,
         oidc: OIDCClient,
         clock: any WallClock = SystemClock(),
+        events: EventHub = EventHub(),
         logger: Logger
     ) throws(VaultError) {
         self.store = store
+        self.events = events
         self.alsoWipe = alsoWipe
         self.backendReason = backendReason
         self.directory = directory
@@ -80,12 +92,15 @@ public actor Broker {
 
     private func loadSecrets() async throws(VaultError) {
         for name in self.accounts.keys.sorted() {
+            guard let generation = self.accounts[name]?.generation else { continue }
             let secrets: AccountSecrets?
             do {
-                secrets = try await self.store.load(name)
+                secrets = try await self.stored { store throws(StoreError) in try await store.load(name) }
             } catch {
                 throw Self.wire(error)
             }
+            // A sign-in or sign-out meanwhile knows better than what was read.
+            guard self.accounts[name]?.generation == generation else { continue }
             self.accounts[name]?.secrets = secrets ?? AccountSecrets()
             self.accounts[name]?.claims = secrets?.idToken.flatMap { IDTokenReader.claims(of: $0.unsafeString()) }
         }
@@ -109,7 +124,7 @@ public actor Broker {
                         signedIn: account.secrets.refreshToken != nil,
                         username: account.username,
                         accessTokenExpiresAt: self.cache.token(account: account.configuration.name, key: nil)
-                            .map { Int64($0.expiresAt) },
+                            .map { Seconds.int64($0.expiresAt) },
                         needsReauth: account.needsReauth
                     )
                 }
@@ -131,24 +146,31 @@ public actor Broker {
             throw Self.lockedError
         }
         // Claim the name before the first suspension, so a concurrent add of
-        // the same name fails instead of racing.
-        self.accounts[name] = Account(configuration: configuration)
+        // the same name fails instead of racing; the secrets are queued before
+        // anything else can queue a removal of them.
+        self.accounts[name] = Account(configuration: configuration, secrets: secrets)
+        self.cache.configure(configuration)
+        let generation = self.accounts[name]?.generation
         do throws(VaultError) {
-            try await self.directory.save(self.configurations, backend: self.store.backend)
             if !secrets.isEmpty {
                 do {
-                    try await self.store.save(secrets, for: name)
+                    try await self.stored { store throws(StoreError) in try await store.save(secrets, for: name) }
                 } catch {
                     throw Self.wire(error)
                 }
             }
+            try await self.saveDirectory()
         } catch {
-            self.accounts[name] = nil
-            try? await self.directory.save(self.configurations, backend: self.store.backend)
+            if self.accounts[name]?.generation == generation {
+                self.accounts[name] = nil
+                self.cache.remove(account: name)
+                if !secrets.isEmpty {
+                    _ = try? await self.stored { store throws(StoreError) in try await store.remove(name) }
+                }
+                try? await self.saveDirectory()
+            }
             throw error
         }
-        self.accounts[name]?.secrets = secrets
-        self.cache.configure(configuration)
         self.logger.info(
             "account added",
             metadata: [
@@ -176,14 +198,16 @@ public actor Broker {
         var wiped = Set(receipt.wiped)
         for store in [self.store] + self.alsoWipe {
             do {
-                if try await store.remove(name) { wiped.insert(store.backend.rawValue) }
+                if try await self.stored({ _ throws(StoreError) in try await store.remove(name) }) {
+                    wiped.insert(store.backend.rawValue)
+                }
             } catch {
                 throw Self.wire(error)
             }
         }
         self.accounts[name] = nil
         self.cache.remove(account: name)
-        try await self.directory.save(self.configurations, backend: self.store.backend)
+        try await self.saveDirectory()
         let places = ["memory", "file", "keyring"].filter(wiped.contains)
         self.logger.info("account removed", metadata: ["account": "\(name)", "wiped": "\(places)"])
         return RemovalResult(account: name, wiped: places, revoked: receipt.revoked)
@@ -208,7 +232,9 @@ public actor Broker {
 
     // MARK: Helpers
 
-    /// Drops an account's secrets and every token minted from them.
+    /// Drops an account's secrets and every token minted from them, and
+    /// fences whatever is in flight for them: refreshes and sign-ins that
+    /// started before keep nothing of what they get.
     func forgetSecrets(of name: String) {
         guard var account = self.accounts[name] else { return }
         account.secrets = AccountSecrets()
@@ -216,11 +242,45 @@ public actor Broker {
         account.needsReauth = false
         account.backoff = Backoff()
         account.generation += 1
+        account.refreshing = [:]
+        account.spending = nil
         self.accounts[name] = account
         self.cache.clearTokens(account: name)
     }
 
-    private var configurations: [AccountConfiguration] { self.accounts.values.map(\.configuration) }
+    /// Runs `body` on the store in use when its turn comes, after every
+    /// store operation asked for before it.
+    func stored<T: Sendable>(
+        _ body: @escaping @Sendable (any SecretStore) async throws(StoreError) -> T
+    ) async throws(StoreError) -> T {
+        let task = self.storeQueue.enqueue { () async -> Result<T, StoreError> in
+            let store = await self.store
+            do throws(StoreError) {
+                return .success(try await body(store))
+            } catch {
+                return .failure(error)
+            }
+        }
+        return try await task.value.get()
+    }
+
+    /// Writes accounts.json as it stands when its turn comes, after every
+    /// earlier write: the last write on disk always holds the latest state.
+    func saveDirectory() async throws(VaultError) {
+        let task = self.directoryWrites.enqueue { () async -> Result<Void, VaultError> in
+            await self.writeDirectory()
+        }
+        try await task.value.get()
+    }
+
+    private func writeDirectory() async -> Result<Void, VaultError> {
+        do throws(VaultError) {
+            try await self.directory.save(self.accounts.values.map(\.configuration), backend: self.store.backend)
+            return .success(())
+        } catch {
+            return .failure(error)
+        }
+    }
 
     static let lockedError = VaultError(.locked, "the vault is locked; unlock it with: vaultctl unlock")
 

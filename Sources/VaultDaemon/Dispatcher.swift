@@ -63,7 +63,11 @@ public struct Dispatcher: Sendable {
                 peer: peer,
                 now: self.clock.now()
             ) {
-            case .hit(let result):
+            case .hit(let result, let refreshAhead):
+                if refreshAhead {
+                    let broker = self.broker
+                    Task { await broker.refreshAhead(token.account, scopes: token.scopes) }
+                }
                 self.audit(token.account, peer)
                 return .ready(Response(id: id, result))
             case .forbidden:

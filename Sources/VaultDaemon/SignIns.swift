@@ -32,6 +32,11 @@ public actor SignIns {
         let id: String
         let account: String
         let method: SignInMethod
+        /// The username the flow was started with, to tell a second start
+        /// of the same sign-in from another.
+        var username: String?
+        /// The account's sign-in when the flow started (see `Broker.completeSignIn`).
+        var generation = 0
         var step: Step
         var expiresAt: Double
         /// One call to the issuer at a time per flow.
@@ -83,7 +88,6 @@ public actor SignIns {
 
     public func start(_ request: SignInStart) async throws(VaultError) -> SignInResult {
         let name = request.account
-        let account = try await self.broker.signInAccount(name)
         let username = request.username.map { String($0.drop(while: \.isWhitespace).reversed().drop(while: \.isWhitespace).reversed()) }
         if request.method == .emailOTP || request.method == .password {
             guard let username, !username.isEmpty, username.count <= 256 else {
@@ -93,32 +97,59 @@ public actor SignIns {
         if request.method == .emailOTP, username?.contains("@") != true {
             throw VaultError(.badRequest, "an email code needs an email address as 'username'")
         }
-        // A new sign-in replaces any other of the same account.
-        for flow in self.flows.values where flow.account == name { self.end(flow.id, step: .cancelled) }
+        // One interactive sign-in per account: the same one again joins it
+        // (many companions meeting reauth_required at once send one code),
+        // another is refused unless it asks to restart.
+        if let live = self.flows.values.first(where: { $0.account == name && $0.outcome == nil }) {
+            if request.restart {
+                self.end(live.id, step: .cancelled)
+            } else if live.method == request.method && (live.username ?? "") == (username ?? "") && request.password == nil {
+                return try await self.join(live.id)
+            } else {
+                throw VaultError(
+                    .badRequest,
+                    "a \(live.method.rawValue) sign-in of '\(name)' is in progress (flow \(live.id)); finish or cancel it, or start over with: vaultctl signin \(name) --restart"
+                )
+            }
+        }
         guard self.flows.count < Self.maximumFlows else {
             throw VaultError(.overloaded, "too many sign-ins are in progress; finish or cancel one first")
         }
-        let metadata = try await self.broker.metadata(for: account)
+        // The flow exists before the first suspension, so a concurrent start
+        // finds it, and it can be cancelled and its steps heard.
         let id = Self.flowID()
+        self.register(
+            Flow(
+                id: id, account: name, method: request.method, username: username, step: .starting,
+                expiresAt: self.clock.now() + Self.codeLifetime, busy: true
+            )
+        )
+        let account: SignInAccount
+        let metadata: ProviderMetadata
+        do {
+            account = try await self.broker.signInAccount(name)
+            metadata = try await self.broker.metadata(for: account)
+        } catch {
+            throw self.fail(id, error)
+        }
+        guard self.flows[id] != nil else { throw Self.cancelled }
+        self.flows[id]?.generation = account.generation
         let scope = account.configuration.scopes.joined(separator: " ")
         switch request.method {
         case .emailOTP, .password:
             let username = username ?? ""
             guard let endpoints = NativeAuthEndpoints(metadata: metadata) else {
                 guard request.method == .password else {
-                    throw VaultError(
-                        .idpError,
-                        "the issuer of '\(name)' does not send sign-in codes (it has no native authentication); sign in with --browser or --device",
-                        error: "unsupported"
+                    throw self.fail(
+                        id,
+                        VaultError(
+                            .idpError,
+                            "the issuer of '\(name)' does not send sign-in codes (it has no native authentication); sign in with --browser or --device",
+                            error: "unsupported"
+                        )
                     )
                 }
-                self.register(
-                    Flow(
-                        id: id, account: name, method: .password,
-                        step: .passwordGrant(username: username, scope: scope),
-                        expiresAt: self.clock.now() + Self.passwordLifetime
-                    )
-                )
+                self.advance(id, to: .passwordGrant(username: username, scope: scope), lifetime: Self.passwordLifetime)
                 if let password = request.password {
                     return try await self.submitFirstPassword(id, password)
                 }
@@ -136,6 +167,55 @@ public actor SignIns {
         }
     }
 
+    /// A second start of the sign-in in progress: its state, once it has one.
+    private func join(_ id: String) async throws(VaultError) -> SignInResult {
+        if case .starting = self.flows[id]?.step {
+            let ticket = self.nextWaiter
+            self.nextWaiter += 1
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                self.flows[id]?.waiters[ticket] = continuation
+            }
+        }
+        guard let flow = self.flows[id], flow.outcome == nil else {
+            throw VaultError(.flowNotFound, "the sign-in in progress ended before it was ready; start again")
+        }
+        switch flow.step {
+        case .starting: throw Self.busy(id)
+        case .code(let step): return self.codeResult(id, step)
+        case .nativePassword, .passwordGrant: return self.result(id, .passwordRequired)
+        case .browser: return self.result(id, .openBrowser)
+        case .device: return self.result(id, .deviceCode)
+        }
+    }
+
+    /// The flow leaves `.starting` (or its previous step) for `step`, with a
+    /// new deadline; callers that joined it hear the new state.
+    private func advance(_ id: String, to step: Step, lifetime: Double) {
+        guard var flow = self.flows[id] else { return }
+        flow.step = step
+        flow.busy = false
+        flow.expiresAt = self.clock.now() + lifetime
+        let waiters = flow.waiters
+        flow.waiters = [:]
+        self.flows[id] = flow
+        self.schedule(id, at: flow.expiresAt)
+        for waiter in waiters.values { waiter.resume() }
+    }
+
+    /// Marks the flow busy with a request to the issuer, checked and set in
+    /// one step: a second request meanwhile is refused and never sent.
+    private func claim(_ id: String) throws(VaultError) -> Flow {
+        let flow = try self.flow(id)
+        guard !flow.busy else { throw Self.busy(id) }
+        self.flows[id]?.busy = true
+        return flow
+    }
+
+    /// Gives a claimed flow back without having called the issuer.
+    private func release(_ id: String) {
+        self.flows[id]?.busy = false
+    }
+
     private func startNative(
         id: String,
         account: SignInAccount,
@@ -148,13 +228,6 @@ public actor SignIns {
         let name = account.configuration.name
         let types = method == .password ? ["oob", "password"] : ["oob"]
         let clientID = account.configuration.clientID
-        // The flow exists from the first call, so it can be cancelled and its steps heard.
-        self.register(
-            Flow(
-                id: id, account: name, method: method, step: .starting,
-                expiresAt: self.clock.now() + Self.codeLifetime, busy: true
-            )
-        )
         self.emit(id, .sendingCode)
         let answer: NativeAuthAnswer
         do throws(NativeAuthError) {
@@ -171,20 +244,18 @@ public actor SignIns {
             throw self.fail(id, self.nativeError(error, account: name, stage: .start))
         }
         guard self.flows[id] != nil else { throw Self.cancelled }
-        self.flows[id]?.busy = false
         switch answer {
         case .codeSent(let continuation, let sentTo, let channel, let codeLength, _):
             let code = NativeCode(
                 endpoints: endpoints, continuation: continuation, scope: scope, sentTo: sentTo, channel: channel,
                 codeLength: codeLength, attemptsLeft: Self.maximumAttempts
             )
-            self.flows[id]?.step = .code(code)
+            self.advance(id, to: .code(code), lifetime: Self.codeLifetime)
             self.emit(id, .awaitingCode)
             return self.codeResult(id, code)
         case .passwordRequired(let continuation):
             let native = NativePassword(endpoints: endpoints, continuation: continuation, username: username, scope: scope)
-            self.flows[id]?.step = .nativePassword(native)
-            self.flows[id]?.expiresAt = self.clock.now() + Self.passwordLifetime
+            self.advance(id, to: .nativePassword(native), lifetime: Self.passwordLifetime)
             if let password {
                 return try await self.submitFirstPassword(id, password)
             }
@@ -203,15 +274,16 @@ public actor SignIns {
     // MARK: Codes
 
     public func submitCode(flow id: String, code: SecretBytes) async throws(VaultError) -> SignInResult {
-        var flow = try self.flow(id)
-        guard !flow.busy else { throw Self.busy(id) }
+        var flow = try self.claim(id)
         guard case .code(var step) = flow.step else {
+            self.release(id)
             throw VaultError(.badRequest, "flow \(id) does not take a code")
         }
         let wellFormed = code.withUnsafeBytes { bytes in
             bytes.count == step.codeLength && bytes.allSatisfy { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }
         }
         guard wellFormed else {
+            self.release(id)
             throw VaultError(
                 .invalidCode,
                 "the code is \(step.codeLength) digits; \(step.attemptsLeft) attempts left",
@@ -219,7 +291,6 @@ public actor SignIns {
             )
         }
         let clientID = try await self.clientID(id, flow)
-        self.flows[id]?.busy = true
         self.emit(id, .submitting)
         let answer: NativeAuthAnswer
         do throws(NativeAuthError) {
@@ -251,13 +322,12 @@ public actor SignIns {
     }
 
     public func resendCode(flow id: String) async throws(VaultError) -> SignInResult {
-        let flow = try self.flow(id)
-        guard !flow.busy else { throw Self.busy(id) }
+        let flow = try self.claim(id)
         guard case .code(var step) = flow.step else {
+            self.release(id)
             throw VaultError(.badRequest, "flow \(id) has no code to send again")
         }
         let clientID = try await self.clientID(id, flow)
-        self.flows[id]?.busy = true
         self.emit(id, .sendingCode)
         let answer: NativeAuthAnswer
         do throws(NativeAuthError) {
@@ -291,13 +361,14 @@ public actor SignIns {
     // MARK: Passwords
 
     public func submitPassword(flow id: String, password: SecretBytes) async throws(VaultError) -> SignInResult {
-        let flow = try self.flow(id)
-        guard !flow.busy else { throw Self.busy(id) }
-        guard password.count > 0 else { throw Self.wrongPassword }
+        let flow = try self.claim(id)
+        guard password.count > 0 else {
+            self.release(id)
+            throw Self.wrongPassword
+        }
         switch flow.step {
         case .nativePassword(let step):
             let clientID = try await self.clientID(id, flow)
-            self.flows[id]?.busy = true
             self.emit(id, .submitting)
             let answer: NativeAuthAnswer
             do throws(NativeAuthError) {
@@ -310,10 +381,15 @@ public actor SignIns {
             }
             return try await self.finishNative(id, answer, flow: try self.flow(id))
         case .passwordGrant(let username, let scope):
-            self.flows[id]?.busy = true
             self.emit(id, .submitting)
-            let account = try await self.broker.signInAccount(flow.account)
-            let metadata = try await self.broker.metadata(for: account)
+            let account: SignInAccount
+            let metadata: ProviderMetadata
+            do {
+                account = try await self.broker.signInAccount(flow.account)
+                metadata = try await self.broker.metadata(for: account)
+            } catch {
+                throw self.keepOrFail(id, error)
+            }
             let response: TokenResponse
             do {
                 response = try await self.oidc.passwordGrant(
@@ -328,6 +404,7 @@ public actor SignIns {
             }
             return try await self.complete(id, response, nonce: nil, metadata: metadata)
         default:
+            self.release(id)
             throw VaultError(.badRequest, "flow \(id) does not take a password")
         }
     }
@@ -359,7 +436,7 @@ public actor SignIns {
                 await self.browserAnswered(id, query: query, request: box)
             }
         } catch {
-            throw VaultError(.internalError, "\(error)")
+            throw self.fail(id, VaultError(.internalError, "\(error)"))
         }
         let request: AuthorizationRequest
         do {
@@ -372,17 +449,16 @@ public actor SignIns {
             )
         } catch {
             listener.close()
-            throw Broker.wire(error, account: name)
+            throw self.fail(id, Broker.wire(error, account: name))
         }
         box.set(request)
         var result = SignInResult(flow: id, state: .openBrowser, account: name, method: .browser)
         result.url = request.url
-        self.register(
-            Flow(
-                id: id, account: name, method: .browser, step: .browser(listener: listener, result: result),
-                expiresAt: self.clock.now() + Self.browserLifetime
-            )
-        )
+        guard self.flows[id] != nil else {
+            listener.close()
+            throw Self.cancelled
+        }
+        self.advance(id, to: .browser(listener: listener, result: result), lifetime: Self.browserLifetime)
         self.logger.info("browser sign-in started", metadata: ["account": "\(name)", "flow": "\(id)", "redirect": "\(listener.redirectURI)"])
         self.emit(id, .awaitingBrowser)
         return self.result(id, .openBrowser)
@@ -425,6 +501,7 @@ public actor SignIns {
     }
 
     private func redeem(_ id: String, code: String, request: AuthorizationRequest, account name: String) async -> Result<SignInResult, VaultError> {
+        let generation = self.flows[id]?.generation ?? -1
         do throws(VaultError) {
             let account = try await self.broker.signInAccount(name)
             let metadata = try await self.broker.metadata(for: account)
@@ -434,7 +511,9 @@ public actor SignIns {
             } catch {
                 throw Broker.wire(error, account: name)
             }
-            let username = try await self.broker.completeSignIn(name, response: response, nonce: request.nonce, metadata: metadata)
+            let username = try await self.broker.completeSignIn(
+                name, generation: generation, response: response, nonce: request.nonce, metadata: metadata
+            )
             var result = SignInResult(flow: id, state: .signedIn, account: name, method: .browser)
             result.username = username
             return .success(result)
@@ -456,20 +535,16 @@ public actor SignIns {
         do {
             device = try await self.oidc.deviceAuthorization(scope: scope, client: account.client, metadata: metadata)
         } catch {
-            throw Broker.wire(error, account: name)
+            throw self.fail(id, Broker.wire(error, account: name))
         }
+        guard self.flows[id] != nil else { throw Self.cancelled }
         var result = SignInResult(flow: id, state: .deviceCode, account: name, method: .device)
         result.verificationURI = device.verificationURI
         result.verificationURIComplete = device.verificationURIComplete
         result.userCode = device.userCode
         result.interval = device.interval
         let task = Task { await self.poll(id, device: device, account: name) }
-        self.register(
-            Flow(
-                id: id, account: name, method: .device, step: .device(task: task, result: result),
-                expiresAt: self.clock.now() + Double(device.expiresIn)
-            )
-        )
+        self.advance(id, to: .device(task: task, result: result), lifetime: Double(device.expiresIn))
         self.emit(id, .awaitingDevice)
         return self.result(id, .deviceCode)
     }
@@ -477,6 +552,7 @@ public actor SignIns {
     /// Polls the token endpoint as RFC 8628 §3.5 asks, until the user
     /// approves, declines, or the code expires.
     private func poll(_ id: String, device: DeviceAuthorization, account name: String) async {
+        let generation = self.flows[id]?.generation ?? -1
         var polling = DevicePolling(interval: device.interval)
         while true {
             do {
@@ -496,7 +572,9 @@ public actor SignIns {
                     guard let failure = polling.next(after: error, account: name) else { continue }
                     throw failure
                 }
-                let username = try await self.broker.completeSignIn(name, response: response, nonce: nil, metadata: metadata)
+                let username = try await self.broker.completeSignIn(
+                    name, generation: generation, response: response, nonce: nil, metadata: metadata
+                )
                 var result = SignInResult(flow: id, state: .signedIn, account: name, method: .device)
                 result.username = username
                 outcome = .success(result)
@@ -578,7 +656,9 @@ public actor SignIns {
         let flow = try self.flow(id)
         let username: String?
         do {
-            username = try await self.broker.completeSignIn(flow.account, response: response, nonce: nonce, metadata: metadata)
+            username = try await self.broker.completeSignIn(
+                flow.account, generation: flow.generation, response: response, nonce: nonce, metadata: metadata
+            )
         } catch {
             throw self.fail(id, error)
         }
@@ -659,6 +739,7 @@ public actor SignIns {
         self.flows[flow.id] = flow
         self.schedule(flow.id, at: flow.expiresAt)
     }
+
 
     /// Ends the flow at `deadline` unless something ends it first.
     private func schedule(_ id: String, at deadline: Double) {
@@ -805,7 +886,7 @@ public actor SignIns {
     static let cancelled = VaultError(.flowNotFound, "this sign-in was cancelled")
 
     static func busy(_ id: String) -> VaultError {
-        VaultError(.badRequest, "sign-in \(id) is waiting on the issuer; send the next step after its answer")
+        VaultError(.badRequest, "a request for sign-in \(id) is in progress; send the next step after its answer")
     }
 
     static func expired(_ flow: Flow) -> VaultError {

@@ -15,7 +15,9 @@ public final class TokenCache: Sendable {
     }
 
     public enum Lookup {
-        case hit(TokenResult)
+        /// A token to answer with; `refreshAhead` is true for the one caller
+        /// that finds it past its refresh-ahead point first.
+        case hit(TokenResult, refreshAhead: Bool)
         case forbidden
         case miss
     }
@@ -32,7 +34,21 @@ public final class TokenCache: Sendable {
             }
             let key = scopes.map(Self.key) ?? entry.defaultKey
             guard let token = entry.tokens[key], token.expiresAt - now >= Double(minTTL) else { return .miss }
-            return .hit(token.result(now: now))
+            let due = !token.refreshAheadClaimed && now >= token.refreshAt
+            if due { entries[account]?.tokens[key]?.refreshAheadClaimed = true }
+            return .hit(token.result(now: now), refreshAhead: due)
+        }
+    }
+
+    /// True once per cached token: for the first caller to find it past its
+    /// refresh-ahead point.
+    func claimRefreshAhead(account: String, key: String, now: Double) -> Bool {
+        self.state.withLock { entries in
+            guard let token = entries[account]?.tokens[key], !token.refreshAheadClaimed, now >= token.refreshAt else {
+                return false
+            }
+            entries[account]?.tokens[key]?.refreshAheadClaimed = true
+            return true
         }
     }
 
@@ -72,19 +88,51 @@ public final class TokenCache: Sendable {
     }
 }
 
-/// An access token in memory, with the wall-clock second it expires.
+/// An access token in memory, with the wall-clock second it expires and
+/// the one from which a caller's use of it starts a refresh in the background.
 struct CachedToken: Sendable {
     var accessToken: SecretBytes
     var expiresAt: Double
+    var refreshAt: Double
+    var refreshAheadClaimed = false
     var scope: String
+
+    /// `lifetime` is the issuer's `expires_in` (clamped to 0 s to ten years);
+    /// `refreshAhead` the percentage of it after which the token is renewed
+    /// ahead of expiry (100: never ahead).
+    init(accessToken: SecretBytes, issuedAt: Double, lifetime: Int, scope: String, refreshAhead: Int) {
+        let lifetime = Double(min(max(lifetime, 0), Seconds.maximumLifetime))
+        self.accessToken = accessToken
+        self.expiresAt = issuedAt + lifetime
+        self.refreshAt = issuedAt + lifetime * Double(min(max(refreshAhead, 1), 100)) / 100
+        self.scope = scope
+    }
 
     func result(now: Double) -> TokenResult {
         TokenResult(
             accessToken: self.accessToken,
             tokenType: "Bearer",
-            expiresAt: Int64(self.expiresAt),
-            expiresIn: max(0, Int64(self.expiresAt - now)),
+            expiresAt: Seconds.int64(self.expiresAt),
+            expiresIn: max(0, Seconds.int64(self.expiresAt - now)),
             scope: self.scope
         )
+    }
+}
+
+/// Conversions of times that never trap, whatever an issuer sent.
+enum Seconds {
+    /// Ten years: longer lifetimes are taken as this.
+    static let maximumLifetime = 315_360_000
+
+    /// Whole seconds, clamped to ±2^53 (NaN: 0).
+    static func int64(_ seconds: Double) -> Int64 {
+        guard !seconds.isNaN else { return 0 }
+        return Int64(min(max(seconds, -9e15), 9e15).rounded(.down))
+    }
+
+    /// Milliseconds from seconds, clamped to 0...one day.
+    static func milliseconds(_ seconds: Double) -> Int {
+        guard !seconds.isNaN else { return 0 }
+        return Int(min(max(seconds, 0), 86_400) * 1000)
     }
 }

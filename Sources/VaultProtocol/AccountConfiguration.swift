@@ -11,6 +11,11 @@ public struct AccountConfiguration: Hashable, Codable, Sendable {
     public var releaseRefreshToken: Bool
     /// A fixed loopback redirect URI, for issuers that match the port exactly.
     public var redirectURI: String?
+    /// After this percentage of an access token's lifetime, a caller's use
+    /// of it starts a refresh in the background (100: only at expiry).
+    public var refreshAhead: Int
+
+    public static let defaultRefreshAhead = 80
 
     public init(
         name: String,
@@ -19,7 +24,8 @@ public struct AccountConfiguration: Hashable, Codable, Sendable {
         scopes: [String],
         allowedClients: [String] = [],
         releaseRefreshToken: Bool = false,
-        redirectURI: String? = nil
+        redirectURI: String? = nil,
+        refreshAhead: Int = Self.defaultRefreshAhead
     ) {
         self.name = name
         self.issuer = issuer
@@ -28,6 +34,7 @@ public struct AccountConfiguration: Hashable, Codable, Sendable {
         self.allowedClients = allowedClients
         self.releaseRefreshToken = releaseRefreshToken
         self.redirectURI = redirectURI
+        self.refreshAhead = refreshAhead
     }
 
     enum CodingKeys: String, CodingKey {
@@ -36,6 +43,7 @@ public struct AccountConfiguration: Hashable, Codable, Sendable {
         case allowedClients = "allowed_clients"
         case releaseRefreshToken = "release_refresh_token"
         case redirectURI = "redirect_uri"
+        case refreshAhead = "refresh_ahead"
     }
 
     public init(from decoder: any Decoder) throws {
@@ -47,5 +55,6 @@ public struct AccountConfiguration: Hashable, Codable, Sendable {
         self.allowedClients = try c.decodeIfPresent([String].self, forKey: .allowedClients) ?? []
         self.releaseRefreshToken = try c.decodeIfPresent(Bool.self, forKey: .releaseRefreshToken) ?? false
         self.redirectURI = try c.decodeIfPresent(String.self, forKey: .redirectURI)
+        self.refreshAhead = try c.decodeIfPresent(Int.self, forKey: .refreshAhead) ?? Self.defaultRefreshAhead
     }
 }

@@ -3,7 +3,7 @@ import VaultCrypto
 
 extension Request: Decodable {
     private enum Key: String, CodingKey {
-        case id, op, name, passphrase, account, scope, method, username, password, flow, code, accounts, all, to
+        case id, op, name, passphrase, account, scope, method, username, password, flow, code, accounts, all, to, restart
         case timeoutMs = "timeout_ms"
         case minTTL = "min_ttl"
         case forceRefresh = "force_refresh"
@@ -64,7 +64,8 @@ extension Request: Decodable {
                     account: try c.decode(String.self, forKey: .account),
                     method: try c.decode(SignInMethod.self, forKey: .method),
                     username: try c.decodeIfPresent(String.self, forKey: .username),
-                    password: try c.decodeSecretIfPresent(forKey: .password)
+                    password: try c.decodeSecretIfPresent(forKey: .password),
+                    restart: try c.decodeIfPresent(Bool.self, forKey: .restart) ?? false
                 )
             )
         case .signinSubmitCode:
@@ -185,6 +186,7 @@ extension Request: Encodable {
             try c.encode(start.method, forKey: .method)
             try c.encodeIfPresent(start.username, forKey: .username)
             try c.encodeSecretIfPresent(start.password, forKey: .password)
+            if start.restart { try c.encode(true, forKey: .restart) }
         case .signinSubmitCode(let flow, let code):
             try c.encode(Op.signinSubmitCode.rawValue, forKey: .op)
             try c.encode(flow, forKey: .flow)

@@ -112,6 +112,17 @@ public struct AccountStatus: Codable, Sendable, Equatable {
         case accessTokenExpiresAt = "access_token_expires_at"
         case needsReauth = "needs_reauth"
     }
+
+    /// Every field of the contract, `null` when unknown.
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(self.name, forKey: .name)
+        try c.encode(self.issuer, forKey: .issuer)
+        try c.encode(self.signedIn, forKey: .signedIn)
+        try c.encode(self.username, forKey: .username)
+        try c.encode(self.accessTokenExpiresAt, forKey: .accessTokenExpiresAt)
+        try c.encode(self.needsReauth, forKey: .needsReauth)
+    }
 }
 
 /// `account.add`: the account as stored (no secrets), and whether a client

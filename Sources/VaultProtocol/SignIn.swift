@@ -19,12 +19,17 @@ public struct SignInStart: Sendable {
     public var method: SignInMethod
     public var username: String?
     public var password: SecretBytes?
+    /// End the account's sign-in in progress and start this one; without
+    /// it, a start for an account with a live flow joins that flow when it
+    /// is the same sign-in, and is refused when it is another.
+    public var restart: Bool
 
-    public init(account: String, method: SignInMethod, username: String? = nil, password: SecretBytes? = nil) {
+    public init(account: String, method: SignInMethod, username: String? = nil, password: SecretBytes? = nil, restart: Bool = false) {
         self.account = account
         self.method = method
         self.username = username
         self.password = password
+        self.restart = restart
     }
 }
 

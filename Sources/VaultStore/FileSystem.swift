@@ -55,11 +55,12 @@ public enum FileSystem {
 
     /// Replaces `path` with `bytes` so that a crash at any moment leaves
     /// either the old file or the new one: write a temporary file, fsync it,
-    /// rename it over the old one, fsync the folder.
+    /// rename it over the old one, fsync the folder. The temporary file's
+    /// name is new each time (`O_EXCL`), so two writers never share one.
     public static func writeAtomically(_ bytes: [UInt8], to path: String, mode: UInt32 = 0o600) throws(StoreError) {
         let mode = mode_t(mode)
-        let temporary = path + ".tmp"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode)
+        let temporary = path + ".tmp-" + String(UInt64.random(in: 0...UInt64.max), radix: 36)
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode)
         guard fd >= 0 else { throw StoreError(.io, "cannot create \(temporary): \(Self.reason())") }
         var written = 0
         while written < bytes.count {
