@@ -95,6 +95,9 @@ struct AccountOptions: ParsableArguments {
     @Option(help: "A fixed loopback redirect URI, for issuers that match the port exactly.")
     var redirectURI: String?
 
+    @Option(help: ArgumentHelp("Refresh a token in use after this share of its lifetime (10-100).", valueName: "percent"))
+    var refreshAhead = AccountConfiguration.defaultRefreshAhead
+
     var configuration: AccountConfiguration {
         AccountConfiguration(
             name: self.name,
@@ -103,7 +106,8 @@ struct AccountOptions: ParsableArguments {
             scopes: self.scopes,
             allowedClients: self.allowedClients,
             releaseRefreshToken: self.releaseRefreshToken,
-            redirectURI: self.redirectURI
+            redirectURI: self.redirectURI,
+            refreshAhead: self.refreshAhead
         )
     }
 }

@@ -40,6 +40,9 @@ struct SignIn: ParsableCommand {
     @Flag(help: "Do not open the browser; only print the address to open.")
     var noOpen = false
 
+    @Flag(help: "End the account's sign-in in progress (another program's too) and start this one.")
+    var restart = false
+
     @OptionGroup var connection: Connection
 
     var method: SignInMethod {
@@ -78,7 +81,8 @@ struct SignIn: ParsableCommand {
                 account: self.account,
                 username: self.email ?? self.username,
                 interactive: Prompt.isInteractive,
-                openBrowser: !self.noOpen
+                openBrowser: !self.noOpen,
+                restart: self.restart
             )
             let reply = try session.run(self.method)
             if self.connection.json { return self.connection.printJSON(reply) }
@@ -111,6 +115,8 @@ private final class SignInSession {
     var username: String?
     let interactive: Bool
     let openBrowser: Bool
+    /// Replace the account's sign-in in progress rather than join it.
+    let restart: Bool
 
     /// The flow in progress, to cancel when the command ends early.
     private var flow: String?
@@ -122,12 +128,13 @@ private final class SignInSession {
     /// Children started to open the browser, reaped while waiting.
     private var children: [pid_t] = []
 
-    init(vault: VaultConnection, account: String, username: String?, interactive: Bool, openBrowser: Bool) {
+    init(vault: VaultConnection, account: String, username: String?, interactive: Bool, openBrowser: Bool, restart: Bool) {
         self.vault = vault
         self.account = account
         self.username = username
         self.interactive = interactive
         self.openBrowser = openBrowser
+        self.restart = restart
     }
 
     struct Reply {
@@ -168,7 +175,9 @@ private final class SignInSession {
         }
         // The password is asked for once the issuer says it wants one: a user
         // without a password gets a code instead.
-        return try self.send(.signinStart(SignInStart(account: self.account, method: method, username: self.username)))
+        return try self.send(
+            .signinStart(SignInStart(account: self.account, method: method, username: self.username, restart: self.restart))
+        )
     }
 
     // MARK: Email code

@@ -48,7 +48,9 @@ struct InProcessVault {
         clock: any WallClock = SystemClock(),
         maximumConnections: Int = 4096,
         idleTimeout: TimeAmount = .minutes(10),
-        issuerTimeout: TimeAmount = .seconds(15)
+        issuerTimeout: TimeAmount = .seconds(15),
+        events: EventHub = EventHub(),
+        wrapStore: (any SecretStore) -> any SecretStore = { $0 }
     ) async throws -> InProcessVault {
         let folder = try folder ?? temporaryFolder()
         let paths = DaemonPaths(stateDirectory: folder + "/state", configDirectory: folder + "/config")
@@ -57,11 +59,12 @@ struct InProcessVault {
         var oidc = OIDCClient.Configuration()
         oidc.timeout = issuerTimeout
         let broker = try Broker(
-            store: store,
+            store: wrapStore(store),
             directory: AccountDirectory(path: paths.accountsFile),
             keySource: .keyFile(paths.defaultKeyFile),
             oidc: OIDCClient(configuration: oidc, logger: logger),
             clock: clock,
+            events: events,
             logger: logger
         )
         try await broker.start()

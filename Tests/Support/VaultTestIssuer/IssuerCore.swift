@@ -140,6 +140,10 @@ struct IssuerState: Sendable {
     var refreshTokens: [String: RefreshRecord] = [:]
     var accessTokens: [String: AccessRecord] = [:]
     var heldRequests: [@Sendable () -> Void] = []
+    /// Paths whose requests are held until the gate opens, whatever they are.
+    var pausedPaths: Set<String> = []
+    /// Refresh tokens presented again after they were rotated.
+    var reusedRefreshTokens = 0
     var connections: [ObjectIdentifier: any Channel] = [:]
     /// Entra native authentication users, flows and knobs (NativeAuth.swift).
     var native = NativeAuthState()
@@ -179,6 +183,15 @@ final class IssuerCore: Sendable {
     static func now() -> Double { Date().timeIntervalSince1970 }
 
     // MARK: Routing
+
+    /// Parks `request` when its path is paused; `release` answers it later.
+    func holdIfPaused(_ request: IssuerRequest, release: @escaping @Sendable () -> Void) -> Bool {
+        self.state.withLock { s in
+            guard s.pausedPaths.contains(request.path) else { return false }
+            s.heldRequests.append(release)
+            return true
+        }
+    }
 
     /// Decides what to do with `request`. `makeRelease` is only called (under the state lock)
     /// when the request is parked behind the gate; the closure it returns must answer the request.
@@ -468,6 +481,7 @@ final class IssuerCore: Sendable {
             case .revoked:
                 return .reply(.oauthError(.badRequest, "invalid_grant", "refresh token revoked"))
             case .rotated:
+                s.reusedRefreshTokens += 1
                 s.revokeFamily(record.family)
                 return .reply(
                     .oauthError(.badRequest, "invalid_grant", "refresh token reuse detected; token family revoked")

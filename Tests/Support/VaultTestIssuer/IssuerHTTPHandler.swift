@@ -69,6 +69,15 @@ final class IssuerHTTPHandler: ChannelInboundHandler {
     }
 
     private func dispatch(_ request: IssuerRequest, context: ChannelHandlerContext) {
+        let paused = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        let loop = context.eventLoop
+        let held = self.core.holdIfPaused(request) {
+            loop.execute {
+                let (handler, context) = paused.value
+                handler.dispatch(request, context: context)
+            }
+        }
+        if held { return }
         let action = self.core.handle(request) {
             let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
             let eventLoop = context.eventLoop

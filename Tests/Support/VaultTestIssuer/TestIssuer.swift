@@ -168,12 +168,23 @@ public final class TestIssuer: Sendable {
     public func openGate() {
         let held = core.state.withLock { s -> [@Sendable () -> Void] in
             if s.behaviour == .gate { s.behaviour = .normal }
+            s.pausedPaths = []
             let held = s.heldRequests
             s.heldRequests = []
             return held
         }
         for release in held { release() }
     }
+
+    /// Holds every request to `path` (e.g. `/jwks`, `/revoke`) until
+    /// ``openGate()``; held requests count in ``heldRequestCount``.
+    public func pause(path: String) {
+        core.state.withLock { _ = $0.pausedPaths.insert(path) }
+    }
+
+    /// Refresh tokens presented again after they were rotated (each one
+    /// revoked its whole family, as reuse detection does).
+    public var reusedRefreshTokens: Int { core.state.withLock { $0.reusedRefreshTokens } }
 
     /// Turns refresh token rotation on or off for future refreshes.
     public func setRotation(_ on: Bool) {
