@@ -218,7 +218,7 @@ struct ConcurrencyTests {
     // MARK: Events
 
     @Test func aSubscriberThatStopsReadingHearsEveryEventInOrderOrIsToldItFellBehind() async throws {
-        let vault = try await InProcessVault.start(events: EventHub(maximumBacklog: 64))
+        let vault = try await InProcessVault.start(events: EventHub(maximumBacklog: 4096))
         defer { Task { await vault.stop() } }
         let subscriber = try LineClient(path: vault.socketPath)
         #expect(await subscriber.call(#"{"id":1,"op":"subscribe"}"#)?["ok"] as? Bool == true)
