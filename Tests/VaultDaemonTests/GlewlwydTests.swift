@@ -57,6 +57,32 @@ struct GlewlwydTests {
         }
     }
 
+    /// Two companions asking one rotating account for different scope sets
+    /// at once: Glewlwyd revokes the whole chain if one refresh token is
+    /// presented twice, so every round would end the session.
+    @Test func mixedScopeRefreshesOfARotatingClientKeepTheSession() async throws {
+        try await Glewlwyd.with { provider in
+            let login = try await provider.login(client: "public-rotating")
+            let original = try #require(login["refresh_token"] as? String)
+            let vault = try await InProcessVault.start()
+            defer { Task { await vault.stop() } }
+            let client = try LineClient(path: vault.socketPath)
+            #expect(await client.call(self.addLine("work", issuer: provider.issuer, client: "public-rotating", refreshToken: original))?["ok"] as? Bool == true)
+            let scopes = [#""#, #","scope":"openid offline_access""#, #","scope":["openid","profile","offline_access"]"#]
+            for round in 0..<20 {
+                for (index, scope) in scopes.enumerated() {
+                    client.send(#"{"id":\#(index),"op":"token","account":"work","force_refresh":true\#(scope)}"# + "\n")
+                }
+                for _ in scopes {
+                    let answer = try #require(await client.readObject())
+                    #expect(answer["ok"] as? Bool == true, "round \(round): \(answer)")
+                }
+            }
+            let last = try #require(await client.call(#"{"id":9,"op":"token","account":"work","force_refresh":true}"#))
+            #expect(last["ok"] as? Bool == true, "the session survived: \(last)")
+        }
+    }
+
     @Test func aTokenRevokedAtTheProviderMeansReauthRequired() async throws {
         try await Glewlwyd.with { provider in
             let secret = try #require(provider.env["GLEWLWYD_CONFIDENTIAL_CLIENT_SECRET"])
