@@ -16,25 +16,49 @@ public struct Dispatcher: Sendable {
 
     let broker: Broker
     public let signIns: SignIns
+    public let shares: Shares
     let clock: any WallClock
     let logger: Logger
+    /// Set on a share's socket: what it lets through.
+    private(set) var grant: ShareGrant?
 
     public init(broker: Broker, clock: any WallClock = SystemClock(), logger: Logger) {
         self.broker = broker
         self.signIns = SignIns(broker: broker, clock: clock, logger: logger)
+        self.shares = Shares(clock: clock, logger: logger)
         self.clock = clock
         self.logger = logger
     }
 
+    /// The same dispatcher, for a share's socket.
+    func restricted(to grant: ShareGrant) -> Dispatcher {
+        var restricted = self
+        restricted.grant = grant
+        return restricted
+    }
+
     public func handle(_ request: Request, from peer: Peer) -> Reply {
         let id = request.id
-        let command: Command
+        var command: Command
         switch request.command {
         case .success(let value):
             command = value
         case .failure(let error):
             self.logger.debug("request refused", metadata: ["code": "\(error.code)", "peer": "\(peer.pid)"])
             return .ready(Response(id: id, error: error))
+        }
+        if let grant = self.grant {
+            switch Self.narrow(command, to: grant) {
+            case .success(let narrowed): command = narrowed
+            case .failure(let error): return .ready(Response(id: id, error: error))
+            }
+            if case .status = command {
+                return self.later(id) { () throws(VaultError) in
+                    var status = await self.broker.status()
+                    status.accounts.removeAll { !grant.accounts.contains($0.name) }
+                    return status
+                }
+            }
         }
         switch command {
         case .hello:
@@ -97,6 +121,15 @@ public struct Dispatcher: Sendable {
             return self.later(id) { () throws(VaultError) in try await self.signIns.cancel(flow: flow) }
         case .refreshToken(let account):
             return self.later(id) { () throws(VaultError) in try await self.broker.releaseRefreshToken(account: account, for: peer) }
+        case .shareOpen(let open):
+            return self.later(id) { () throws(VaultError) in
+                let known = Set(await self.broker.status().accounts.map(\.name))
+                return try await self.shares.open(open, known: known, dispatcher: self)
+            }
+        case .shareList:
+            return self.later(id) { () throws(VaultError) in await self.shares.list() }
+        case .shareClose(let target):
+            return self.later(id) { () throws(VaultError) in try await self.shares.close(target) }
         case .migrate(let target):
             return self.later(id) { () throws(VaultError) in try await self.broker.migrate(to: target) }
         case .signout(let target):
@@ -124,9 +157,43 @@ public struct Dispatcher: Sendable {
     }
 
     /// One line per access token handed out: which account, to which
-    /// program; never the token.
+    /// program, through which share; never the token.
     private func audit(_ account: String, _ peer: Peer) {
-        self.logger.info("token released", metadata: ["account": "\(account)", "exe": "\(peer.executable ?? "?")", "pid": "\(peer.pid)"])
+        var metadata: Logger.Metadata = ["account": "\(account)", "exe": "\(peer.executable ?? "?")", "pid": "\(peer.pid)"]
+        if let grant = self.grant { metadata["share"] = "\(grant.id)" }
+        self.logger.info("token released", metadata: metadata)
+    }
+
+    /// What a share's socket lets through, narrowed to the share: a token of
+    /// its accounts within its scopes, its accounts' events, hello and
+    /// status. Anything else is `forbidden`, and an account outside the share
+    /// is refused the same way whether it exists or not.
+    static func narrow(_ command: Command, to grant: ShareGrant) -> Result<Command, VaultError> {
+        switch command {
+        case .hello, .status:
+            return .success(command)
+        case .token(var token):
+            guard grant.accounts.contains(token.account) else { return .failure(Self.notShared(token.account)) }
+            if let scopes = grant.scopes {
+                if let asked = token.scopes {
+                    guard Set(asked).isSubset(of: scopes) else {
+                        return .failure(VaultError(.forbidden, "this share serves only the scopes \(scopes.joined(separator: " "))"))
+                    }
+                } else {
+                    token.scopes = scopes
+                }
+            }
+            return .success(.token(token))
+        case .subscribe(let accounts):
+            let wanted = accounts.map { grant.accounts.intersection($0) } ?? grant.accounts
+            return .success(.subscribe(accounts: wanted.sorted()))
+        default:
+            return .failure(VaultError(.forbidden, "a shared socket serves only hello, status, token and subscribe"))
+        }
+    }
+
+    static func notShared(_ account: String) -> VaultError {
+        VaultError(.forbidden, "this shared socket does not serve '\(account)'")
     }
 
     private func later(

@@ -43,12 +43,14 @@ public final class SocketServer: Sendable {
     ) async throws -> SocketServer {
         if configuration.inherited == nil { try SocketPreparation.prepare(configuration.path) }
         let connections = ConnectionCount()
+        let open = OpenChannels()
         let owner = getuid()
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
             .childChannelOption(.allowRemoteHalfClosure, value: false)
             .childChannelInitializer { channel in
-                Self.accept(
+                open.add(channel)
+                return Self.accept(
                     channel,
                     owner: owner,
                     configuration: configuration,
@@ -60,7 +62,7 @@ public final class SocketServer: Sendable {
         if let inherited = configuration.inherited {
             let channel = try await bootstrap.withBoundSocket(inherited).get()
             logger.info("listening", metadata: ["socket": "\(configuration.path)", "activation": "systemd"])
-            return SocketServer(configuration: configuration, channel: channel, connections: connections, logger: logger)
+            return SocketServer(configuration: configuration, channel: channel, connections: connections, open: open, logger: logger)
         }
         // Until the chmod the socket has the umask's mode, which gives no
         // other user write access, so none can connect; SO_PEERCRED checks anyway.
@@ -70,16 +72,23 @@ public final class SocketServer: Sendable {
             throw ServerError("cannot set mode 0600 on \(configuration.path)")
         }
         logger.info("listening", metadata: ["socket": "\(configuration.path)"])
-        return SocketServer(configuration: configuration, channel: channel, connections: connections, logger: logger)
+        return SocketServer(configuration: configuration, channel: channel, connections: connections, open: open, logger: logger)
     }
 
     private let connections: ConnectionCount
+    private let open: OpenChannels
 
-    private init(configuration: Configuration, channel: any Channel, connections: ConnectionCount, logger: Logger) {
+    private init(configuration: Configuration, channel: any Channel, connections: ConnectionCount, open: OpenChannels, logger: Logger) {
         self.configuration = configuration
         self.channel = channel
         self.connections = connections
+        self.open = open
         self.logger = logger
+    }
+
+    /// Closes every connection this server accepted (a share that ends).
+    public func closeConnections() {
+        self.open.closeAll()
     }
 
     /// Connections open now.
@@ -149,6 +158,21 @@ public final class SocketServer: Sendable {
 public struct ServerError: Error, CustomStringConvertible {
     public var description: String
     public init(_ description: String) { self.description = description }
+}
+
+/// The connections a server accepted and that are still open.
+final class OpenChannels: Sendable {
+    private let channels = Mutex<[ObjectIdentifier: any Channel]>([:])
+
+    func add(_ channel: any Channel) {
+        let key = ObjectIdentifier(channel)
+        self.channels.withLock { $0[key] = channel }
+        channel.closeFuture.whenComplete { _ in _ = self.channels.withLock { $0.removeValue(forKey: key) } }
+    }
+
+    func closeAll() {
+        for channel in self.channels.withLock({ Array($0.values) }) { channel.close(promise: nil) }
+    }
 }
 
 /// Open connections, counted so a flood of them is answered `overloaded`,

@@ -4,6 +4,7 @@ import VaultCrypto
 extension Request: Decodable {
     private enum Key: String, CodingKey {
         case id, op, name, passphrase, account, scope, method, username, password, flow, code, accounts, all, to, restart
+        case socket, ttl, scopes, share
         case timeoutMs = "timeout_ms"
         case minTTL = "min_ttl"
         case forceRefresh = "force_refresh"
@@ -96,6 +97,26 @@ extension Request: Decodable {
             case (nil, true): return .signout(.all)
             default: throw VaultError(.badRequest, "signout takes an 'account' or 'all': true, not both")
             }
+        case .shareOpen:
+            let accounts = try c.decode([String].self, forKey: .accounts)
+            guard !accounts.isEmpty else { throw VaultError(.badRequest, "a share needs at least one account in 'accounts'") }
+            let ttl = try c.decodeIfPresent(Int.self, forKey: .ttl)
+            if let ttl, !(1...ShareOpen.maximumTTL).contains(ttl) {
+                throw VaultError(.badRequest, "'ttl' is a number of seconds from 1 to \(ShareOpen.maximumTTL)")
+            }
+            let scopes = try c.decodeIfPresent([String].self, forKey: .scopes)
+            if let scopes, scopes.isEmpty || !scopes.allSatisfy({ !$0.isEmpty && !$0.contains(" ") }) {
+                throw VaultError(.badRequest, "'scopes' is a non-empty list of scopes")
+            }
+            return .shareOpen(ShareOpen(accounts: accounts, socket: try c.decode(String.self, forKey: .socket), ttl: ttl, scopes: scopes))
+        case .shareList:
+            return .shareList
+        case .shareClose:
+            switch (try c.decodeIfPresent(String.self, forKey: .share), try c.decodeIfPresent(String.self, forKey: .socket)) {
+            case (let id?, nil): return .shareClose(.id(id))
+            case (nil, let path?): return .shareClose(.socket(path))
+            default: throw VaultError(.badRequest, "share.close takes a 'share' id or a 'socket' path, not both")
+            }
         case .accountAdd:
             return .accountAdd(
                 AccountAddition(
@@ -180,6 +201,20 @@ extension Request: Encodable {
             try c.encodeIfPresent(request.scopes, forKey: .scope)
             try c.encode(request.minTTL, forKey: .minTTL)
             if request.forceRefresh { try c.encode(true, forKey: .forceRefresh) }
+        case .shareOpen(let open):
+            try c.encode(Op.shareOpen.rawValue, forKey: .op)
+            try c.encode(open.accounts, forKey: .accounts)
+            try c.encode(open.socket, forKey: .socket)
+            try c.encodeIfPresent(open.ttl, forKey: .ttl)
+            try c.encodeIfPresent(open.scopes, forKey: .scopes)
+        case .shareList:
+            try c.encode(Op.shareList.rawValue, forKey: .op)
+        case .shareClose(let target):
+            try c.encode(Op.shareClose.rawValue, forKey: .op)
+            switch target {
+            case .id(let id): try c.encode(id, forKey: .share)
+            case .socket(let path): try c.encode(path, forKey: .socket)
+            }
         case .signinStart(let start):
             try c.encode(Op.signinStart.rawValue, forKey: .op)
             try c.encode(start.account, forKey: .account)

@@ -35,6 +35,9 @@ public enum Command: Sendable {
     case refreshToken(account: String)
     /// Moves every account's secrets to the backend named `to` (`file` or `keyring`).
     case migrate(to: String)
+    case shareOpen(ShareOpen)
+    case shareList
+    case shareClose(ShareTarget)
 }
 
 /// `account.add`: the configuration plus the secrets that come with it.
@@ -71,4 +74,7 @@ public enum Op: String, CaseIterable, Sendable {
     case signout
     case refreshToken = "refresh_token"
     case migrate
+    case shareOpen = "share.open"
+    case shareList = "share.list"
+    case shareClose = "share.close"
 }

@@ -221,7 +221,7 @@ struct SocketService: Service {
         if let idle = self.exitIdleAfter {
             while !Task.isShuttingDownGracefully {
                 try? await Task.sleep(for: .seconds(1))
-                if let since = server.idleSince, ContinuousClock.now - since >= idle {
+                if let since = server.idleSince, ContinuousClock.now - since >= idle, await self.dispatcher.shares.isEmpty {
                     self.logger.info("idle; exiting until the next connection")
                     break
                 }
@@ -230,6 +230,7 @@ struct SocketService: Service {
             try? await gracefulShutdown()
         }
         Systemd.notify("STOPPING=1\nSTATUS=stopping")
+        await self.dispatcher.shares.closeAll()
         await server.close()
         let clock = ContinuousClock()
         let deadline = clock.now + Self.drainLimit
