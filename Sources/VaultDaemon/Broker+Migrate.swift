@@ -19,7 +19,7 @@ extension Broker {
             )
         }
         let target = self.alsoWipe[index]
-        if source.isLocked || target.isLocked { throw Self.lockedError }
+        if source.isLocked || target.isLocked { throw self.currentLockedError }
         var moved: [String] = []
         for account in self.accounts.keys.sorted() {
             do throws(StoreError) {

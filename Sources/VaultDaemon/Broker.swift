@@ -95,9 +95,14 @@ public actor Broker {
     // MARK: Operations
 
     public func status() -> StatusResult {
-        StatusResult(
+        var reason = self.backendReason
+        if let unreachable = self.keyringUnreachable {
+            reason = (reason.map { $0 + "; " } ?? "") + "but the keyring cannot be reached: \(unreachable) "
+                + "(log in to the desktop session, then run: vaultctl unlock --no-passphrase)"
+        }
+        return StatusResult(
             backend: self.store.backend.rawValue,
-            backendReason: self.backendReason,
+            backendReason: reason,
             locked: self.store.isLocked,
             keySource: self.keySource?.name,
             accounts: self.accounts.values
@@ -223,6 +228,21 @@ public actor Broker {
     private var configurations: [AccountConfiguration] { self.accounts.values.map(\.configuration) }
 
     static let lockedError = VaultError(.locked, "the vault is locked; unlock it with: vaultctl unlock")
+
+    /// Why the keyring that holds the secrets cannot be reached, while it cannot.
+    var keyringUnreachable: String? { (self.store as? KeyringStore)?.unreachable }
+
+    /// `lockedError`, or, while the keyring holding the secrets cannot be
+    /// reached, an error that says so: still `locked`, as the remedy is the
+    /// same (make the secrets reachable, then `vaultctl unlock`).
+    var currentLockedError: VaultError {
+        guard let unreachable = self.keyringUnreachable else { return Self.lockedError }
+        return VaultError(
+            .locked,
+            "the secrets are in the desktop keyring, which vaultd cannot reach (\(unreachable)); "
+                + "log in to the desktop session, then run: vaultctl unlock --no-passphrase"
+        )
+    }
 
     static func unknownAccount(_ name: String) -> VaultError {
         VaultError(.unknownAccount, "there is no account named '\(name)'; see: vaultctl account list")
