@@ -37,17 +37,21 @@ struct VaultctlOutputTests {
             #!/usr/bin/env python3
             import html, json, os, re, sys, urllib.parse, urllib.request
             target = sys.argv[1]
-            path = urllib.parse.unquote(urllib.parse.urlparse(target).path)
-            page, folder = open(path).read(), os.stat(os.path.dirname(path))
-            info = os.stat(path)
-            record = {"argv": sys.argv, "path": path, "page": page, "mode": info.st_mode & 0o7777,
-                      "uid": info.st_uid, "folder_mode": folder.st_mode & 0o7777, "folder_uid": folder.st_uid}
+            record = {"argv": sys.argv}
+            if target.startswith("file://"):
+                path = urllib.parse.unquote(urllib.parse.urlparse(target).path)
+                page, folder = open(path).read(), os.stat(os.path.dirname(path))
+                info = os.stat(path)
+                record.update({"path": path, "page": page, "mode": info.st_mode & 0o7777, "uid": info.st_uid,
+                               "folder_mode": folder.st_mode & 0o7777, "folder_uid": folder.st_uid})
+                url = html.unescape(re.search(r'url=([^"]+)"', page).group(1))
+            else:
+                url = target
             out = os.path.join(os.environ["FAKE_RECORDS"], "xdg-open-%d.json" % os.getpid())
             with open(out + ".tmp", "w") as f:
                 json.dump(record, f)
             os.rename(out + ".tmp", out)
             if os.environ.get("FAKE_BROWSER_DENY"):
-                url = html.unescape(re.search(r'url=([^"]+)"', page).group(1))
                 query = urllib.parse.parse_qs(urllib.parse.urlparse(url).query)
                 back = query["redirect_uri"][0] + "?error=access_denied&state=" + urllib.parse.quote(query["state"][0])
                 try:
