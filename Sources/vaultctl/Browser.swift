@@ -12,10 +12,14 @@ struct BrowserPage {
     let path: String
     /// The `xdg-open` process, for the caller to reap.
     let opener: pid_t
+    /// The process that removes the page after a while, whatever becomes of
+    /// vaultctl (the page lives at most that long).
+    let remover: pid_t?
 
-    /// Opens `url` in the browser when there is a display and `xdg-open`;
-    /// nil when it was not opened.
-    static func open(_ url: String) -> BrowserPage? {
+    /// Opens `url` in the browser when there is a display and `xdg-open`,
+    /// and removes the page in `seconds` at the latest (a browser that starts
+    /// slowly may read it after vaultctl has ended); nil when not opened.
+    static func open(_ url: String, removedAfter seconds: Int) -> BrowserPage? {
         guard TokenVault.environment("DISPLAY") != nil || TokenVault.environment("WAYLAND_DISPLAY") != nil,
             let opener = Programs.find("xdg-open"), let folder = Self.makeFolder()
         else { return nil }
@@ -25,19 +29,20 @@ struct BrowserPage {
             rmdir(folder)
             return nil
         }
-        return BrowserPage(folder: folder, path: path, opener: pid)
+        // In its own process group (launch), so `remove` can end the sleep too.
+        let script = "sleep \(seconds); rm -f -- \"$0\"; rmdir -- \"$1\""
+        let remover = Programs.launch("/bin/sh", ["-c", script, path, folder])
+        return BrowserPage(folder: folder, path: path, opener: pid, remover: remover)
     }
 
+    /// Removes the page now, and the process that would have later.
     func remove() {
         unlink(self.path)
         rmdir(self.folder)
-    }
-
-    /// Removes the page in `seconds`, from a process of its own, so that a
-    /// browser that starts slowly still finds it after vaultctl has ended.
-    func remove(after seconds: Int) {
-        let script = "sleep \(seconds); rm -f -- \"$0\"; rmdir -- \"$1\""
-        if Programs.launch("/bin/sh", ["-c", script, self.path, self.folder]) == nil { self.remove() }
+        if let remover = self.remover {
+            kill(-remover, SIGTERM)
+            while waitpid(remover, nil, 0) < 0 && errno == EINTR {}
+        }
     }
 
     /// A new 0700 folder: mkdtemp makes it, owned by the user, in

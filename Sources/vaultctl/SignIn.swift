@@ -301,7 +301,9 @@ private final class SignInSession {
         }
         Output.note("Open this address in your browser to sign in:")
         Output.note(url)
-        if self.openBrowser, self.page == nil, let page = BrowserPage.open(url) {
+        // The page goes when the flow ends, and by the time it expires at the latest.
+        let lifetime = min(max(result.expiresIn ?? 600, 0), 3600) + 10
+        if self.openBrowser, self.page == nil, let page = BrowserPage.open(url, removedAfter: lifetime) {
             self.page = page
             self.children.append(page.opener)
         }

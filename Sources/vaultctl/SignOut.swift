@@ -61,8 +61,7 @@ struct SignOut: ParsableCommand {
     private func endSession(_ url: String) {
         if self.printEndSessionURL {
             Output.line("  to end the issuer's browser session too, open: \(url)")
-        } else if !self.noOpen, let page = BrowserPage.open(url) {
-            page.remove(after: 60)
+        } else if !self.noOpen, BrowserPage.open(url, removedAfter: 60) != nil {
             Output.line("  opened the issuer's sign-out page in the browser, to end its browser session too")
         } else {
             Output.line("  the issuer's browser session may still be open; to end it, sign out at the issuer (or next time use --print-end-session-url)")
