@@ -19,7 +19,7 @@ extension Broker {
             )
         }
         let target = self.alsoWipe[index]
-        if source.isLocked || target.isLocked { throw Self.lockedError }
+        if source.isLocked || target.isLocked { throw self.currentLockedError }
         // One turn of the store queue: no save or remove runs between the
         // copy and the switch, and those asked meanwhile go to the target.
         let moving = self.storeQueue.enqueue { () async -> Result<[String], VaultError> in

@@ -18,7 +18,7 @@ extension Broker {
     /// since the new refresh token could not be stored.
     func signInAccount(_ name: String) throws(VaultError) -> SignInAccount {
         guard let account = self.accounts[name] else { throw Self.unknownAccount(name) }
-        if self.store.isLocked { throw Self.lockedError }
+        if self.store.isLocked { throw self.currentLockedError }
         return SignInAccount(
             configuration: account.configuration,
             client: ClientCredentials(clientID: account.configuration.clientID, secret: account.secrets.clientSecret),

@@ -40,7 +40,7 @@ extension Broker {
             let (receipt, notified) = try await self.signOut(name)
             return SignOutResult(accounts: [receipt], notified: notified)
         case .all:
-            if self.store.isLocked { throw Self.lockedError }
+            if self.store.isLocked { throw self.currentLockedError }
             var wipes: [Wipe] = []
             for name in self.accounts.keys.sorted() {
                 guard let wipe = try? await self.wipe(name) else { continue }
@@ -64,7 +64,7 @@ extension Broker {
     /// application's, not the user's: it stays in the configured store.
     private func wipe(_ name: String) async throws(VaultError) -> Wipe {
         guard let account = self.accounts[name] else { throw Self.unknownAccount(name) }
-        if self.store.isLocked { throw Self.lockedError }
+        if self.store.isLocked { throw self.currentLockedError }
         let secrets = account.secrets
         self.forgetSecrets(of: name)
         let kept = secrets.clientSecret.map { AccountSecrets(clientSecret: $0) }

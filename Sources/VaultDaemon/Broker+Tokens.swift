@@ -302,7 +302,7 @@ extension Broker {
 
     private func checkSignedIn(_ name: String) throws(VaultError) {
         guard let account = self.accounts[name] else { throw Self.unknownAccount(name) }
-        if self.store.isLocked { throw Self.lockedError }
+        if self.store.isLocked { throw self.currentLockedError }
         if account.needsReauth {
             throw VaultError(
                 .reauthRequired,

@@ -110,9 +110,14 @@ public actor Broker {
     // MARK: Operations
 
     public func status() -> StatusResult {
-        StatusResult(
+        var reason = self.backendReason
+        if let unreachable = self.keyringUnreachable {
+            reason = (reason.map { $0 + "; " } ?? "") + "but the keyring cannot be reached: \(unreachable) "
+                + "(log in to the desktop session, then run: vaultctl unlock --no-passphrase)"
+        }
+        return StatusResult(
             backend: self.store.backend.rawValue,
-            backendReason: self.backendReason,
+            backendReason: reason,
             locked: self.store.isLocked,
             keySource: self.keySource?.name,
             accounts: self.accounts.values
@@ -143,7 +148,7 @@ public actor Broker {
         }
         let secrets = AccountSecrets(refreshToken: addition.refreshToken, clientSecret: addition.clientSecret)
         if !secrets.isEmpty && self.store.isLocked {
-            throw Self.lockedError
+            throw self.currentLockedError
         }
         // Claim the name before the first suspension, so a concurrent add of
         // the same name fails instead of racing; the secrets are queued before
@@ -283,6 +288,21 @@ public actor Broker {
     }
 
     static let lockedError = VaultError(.locked, "the vault is locked; unlock it with: vaultctl unlock")
+
+    /// Why the keyring that holds the secrets cannot be reached, while it cannot.
+    var keyringUnreachable: String? { (self.store as? KeyringStore)?.unreachable }
+
+    /// `lockedError`, or, while the keyring holding the secrets cannot be
+    /// reached, an error that says so: still `locked`, as the remedy is the
+    /// same (make the secrets reachable, then `vaultctl unlock`).
+    var currentLockedError: VaultError {
+        guard let unreachable = self.keyringUnreachable else { return Self.lockedError }
+        return VaultError(
+            .locked,
+            "the secrets are in the desktop keyring, which vaultd cannot reach (\(unreachable)); "
+                + "log in to the desktop session, then run: vaultctl unlock --no-passphrase"
+        )
+    }
 
     static func unknownAccount(_ name: String) -> VaultError {
         VaultError(.unknownAccount, "there is no account named '\(name)'; see: vaultctl account list")

@@ -40,6 +40,10 @@ public final class KeyringStore: SecretStore {
         var held = false
         /// The default collection was locked when last asked.
         var collectionLocked = false
+        /// Why the Secret Service could not be reached when last asked by
+        /// `checkLocked` (no session bus, nothing owning its name); nil once
+        /// any call has succeeded.
+        var unreachable: String?
     }
 
     /// Talks to no one yet: the first call connects to the session bus
@@ -56,7 +60,13 @@ public final class KeyringStore: SecretStore {
         self.state = Mutex(State())
     }
 
-    public var isLocked: Bool { self.state.withLock { $0.held || $0.collectionLocked } }
+    /// Also true while the Secret Service is out of reach (`unreachable`):
+    /// either way the secrets cannot be read until `unlock` succeeds.
+    public var isLocked: Bool { self.state.withLock { $0.held || $0.collectionLocked || $0.unreachable != nil } }
+
+    /// Why the Secret Service could not be reached when `checkLocked` (or
+    /// `unlock`) last asked, until a call succeeds.
+    public var unreachable: String? { self.state.withLock { $0.unreachable } }
 
     public func load(_ account: String) async throws(StoreError) -> AccountSecrets? {
         try await self.perform { (call) throws(StoreError) -> AccountSecrets? in
@@ -188,14 +198,25 @@ public final class KeyringStore: SecretStore {
     }
 
     /// Asks the Secret Service whether the default collection is locked, and
-    /// updates `isLocked`.
+    /// updates `isLocked`; when it cannot be reached, `isLocked` stays true
+    /// and `unreachable` says why, until a call succeeds.
     public func checkLocked() async throws(StoreError) -> Bool {
-        try await self.perform(honouringLock: false) { (call) throws(StoreError) -> Bool in
-            guard let collection = try call.defaultCollection() else { throw KeyringCall.noDefaultCollection }
-            defer { g_object_unref(collection) }
-            let locked = secret_collection_get_locked(collection) != 0
-            call.observedLocked = locked
-            return locked
+        do throws(StoreError) {
+            return try await self.perform(honouringLock: false) { (call) throws(StoreError) -> Bool in
+                guard let collection = try call.defaultCollection() else { throw KeyringCall.noDefaultCollection }
+                defer { g_object_unref(collection) }
+                let locked = secret_collection_get_locked(collection) != 0
+                call.observedLocked = locked
+                return locked
+            }
+        } catch {
+            if error.kind == .unavailable {
+                // The cause alone: the advice on choosing a backend does not
+                // help accounts whose secrets are in the keyring already.
+                let cause = error.message.hasSuffix(Self.advice) ? String(error.message.dropLast(Self.advice.count)) : error.message
+                self.state.withLock { $0.unreachable = cause }
+            }
+            throw error
         }
     }
 
@@ -239,8 +260,9 @@ public final class KeyringStore: SecretStore {
         let (result, observedLocked) = try await Self.offload(self.threadPool) {
             KeyringCall.run(services: services, timeout: timeout, timeoutError: timeoutError, body)
         }
-        if let observedLocked {
-            self.state.withLock { $0.collectionLocked = observedLocked }
+        self.state.withLock { state in
+            if let observedLocked { state.collectionLocked = observedLocked }
+            if case .success = result { state.unreachable = nil }
         }
         return try result.get()
     }
@@ -256,11 +278,13 @@ public final class KeyringStore: SecretStore {
         }
     }
 
+    /// What ends the message of a Secret Service that cannot be reached.
+    static let advice = "; run vaultd under a desktop session or choose --backend file"
+
     static func timeoutError(_ timeout: Duration) -> StoreError {
         StoreError(
             .unavailable,
-            "the Secret Service did not answer within \(Self.describe(timeout)); "
-                + "run vaultd under a desktop session or choose --backend file"
+            "the Secret Service did not answer within \(Self.describe(timeout))\(Self.advice)"
         )
     }
 
@@ -447,7 +471,7 @@ private final class KeyringCall {
         let message = error.pointee.message.map { String(cString: $0) } ?? "unknown error"
         return StoreError(
             .unavailable,
-            "the Secret Service could not \(doing): \(message); run vaultd under a desktop session or choose --backend file"
+            "the Secret Service could not \(doing): \(message)\(KeyringStore.advice)"
         )
     }
 }
@@ -610,7 +634,7 @@ private enum SessionBus {
         }
         throw StoreError(
             .unavailable,
-            "the connection to the session bus has closed; run vaultd under a desktop session or choose --backend file"
+            "the connection to the session bus has closed\(KeyringStore.advice)"
         )
     }
 }

@@ -41,8 +41,8 @@ struct Account: ParsableCommand {
                 let reply = try vault.send(.status)
                 let status = try Output.field(StatusResult.self, of: reply)
                 if self.connection.json {
-                    let names = status.accounts.map { "\"\($0.name)\"" }.joined(separator: ",")
-                    return Output.line("[\(names)]")
+                    let names = (try? JSONEncoder().encode(status.accounts.map(\.name))) ?? Data("[]".utf8)
+                    return Output.verbatim(String(decoding: names, as: UTF8.self))
                 }
                 for account in status.accounts { Output.line(account.name) }
             }

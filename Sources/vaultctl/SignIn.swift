@@ -127,6 +127,8 @@ private final class SignInSession {
     private var switchedToBrowser = false
     /// Children started to open the browser, reaped while waiting.
     private var children: [pid_t] = []
+    /// The page that sends the browser on to the issuer; removed when the command ends.
+    private var page: BrowserPage?
 
     init(vault: VaultConnection, account: String, username: String?, interactive: Bool, openBrowser: Bool, restart: Bool) {
         self.vault = vault
@@ -145,6 +147,8 @@ private final class SignInSession {
     /// The final `signed_in` reply line. Any other ending cancels the flow
     /// (best effort) and throws.
     func run(_ method: SignInMethod) throws(VaultError) -> Data {
+        // The page holds the flow's state: it goes when the flow ends, either way.
+        defer { self.page?.remove() }
         do throws(VaultError) {
             var reply = try self.start(method)
             while true {
@@ -306,10 +310,11 @@ private final class SignInSession {
         }
         Output.note("Open this address in your browser to sign in:")
         Output.note(url)
-        if self.openBrowser, TokenVault.environment("DISPLAY") != nil || TokenVault.environment("WAYLAND_DISPLAY") != nil,
-            let opener = Programs.find("xdg-open"), let pid = Programs.launch(opener, [url])
-        {
-            self.children.append(pid)
+        // The page goes when the flow ends, and by the time it expires at the latest.
+        let lifetime = min(max(result.expiresIn ?? 600, 0), 3600) + 10
+        if self.openBrowser, self.page == nil, let page = BrowserPage.open(url, removedAfter: lifetime) {
+            self.page = page
+            self.children.append(page.opener)
         }
         return try self.wait(while: .openBrowser, expiresIn: result.expiresIn, doing: "Waiting for the browser sign-in")
     }
@@ -318,9 +323,13 @@ private final class SignInSession {
         guard let uri = result.verificationURI, let code = result.userCode else {
             throw VaultError(.internalError, "vaultd sent no address or code for the device sign-in")
         }
-        Output.note("On a phone or another computer, open\n    \(uri)\nand enter the code\n    \(code)")
+        Output.note("On a phone or another computer, open")
+        Output.note("    \(uri)")
+        Output.note("and enter the code")
+        Output.note("    \(code)")
+        // The text goes on stdin: on the command line, every user could read the code.
         if isatty(2) == 1, let qrencode = Programs.find("qrencode"),
-            let picture = Programs.output(qrencode, ["-t", "UTF8", "-o", "-", result.verificationURIComplete ?? uri])
+            let picture = Programs.output(qrencode, ["-t", "UTF8", "-o", "-"], input: result.verificationURIComplete ?? uri)
         {
             Output.note("or scan this with the phone's camera:")
             Output.toStderr(picture)
@@ -446,7 +455,7 @@ private final class Spinner {
 }
 
 /// Other programs: the browser opener and the QR code printer.
-private enum Programs {
+enum Programs {
     /// The executable `name` on $PATH.
     static func find(_ name: String) -> String? {
         guard let path = TokenVault.environment("PATH") else { return nil }
@@ -472,21 +481,38 @@ private enum Programs {
         return Self.spawn(path, arguments, &actions, newGroup: true)
     }
 
-    /// What `path` writes on stdout, when it exits 0 (stderr stays ours).
-    static func output(_ path: String, _ arguments: [String]) -> [UInt8]? {
-        // A socket pair rather than a pipe: SOCK_CLOEXEC, where pipe2 is not imported.
+    /// What `path` writes on stdout when given `input` on stdin, when it
+    /// exits 0 (stderr stays ours). `input` is small: written whole before
+    /// the output is read.
+    static func output(_ path: String, _ arguments: [String], input: String) -> [UInt8]? {
+        // Socket pairs rather than pipes: SOCK_CLOEXEC, where pipe2 is not imported.
         var pipe: [Int32] = [-1, -1]
-        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pipe) == 0 else {
+        var feed: [Int32] = [-1, -1]
+        let kind = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
+        guard input.utf8.count <= 4096, socketpair(AF_UNIX, kind, 0, &pipe) == 0 else { return nil }
+        guard socketpair(AF_UNIX, kind, 0, &feed) == 0 else {
+            pipe.forEach { close($0) }
             return nil
         }
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_adddup2(&actions, feed[1], 0)
         posix_spawn_file_actions_adddup2(&actions, pipe[1], 1)
         let pid = Self.spawn(path, arguments, &actions, newGroup: false)
         close(pipe[1])
+        close(feed[1])
         defer { close(pipe[0]) }
+        // Written before anything is read: 4 KiB fit in the socket's buffer.
+        let bytes = Array(input.utf8)
+        var offset = 0
+        while pid != nil && offset < bytes.count {
+            let n = bytes.withUnsafeBytes { send(feed[0], $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL)) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { break }
+            offset += n
+        }
+        close(feed[0])
         guard let pid else { return nil }
         var output: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 4096)

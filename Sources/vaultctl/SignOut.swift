@@ -11,6 +11,11 @@ struct SignOut: ParsableCommand {
             account's tokens from memory, the vault file and the keyring, and tells every \
             subscribed program to drop its copies. The account stays, ready to sign in again; \
             a revocation that fails still wipes every local copy, and says so.
+
+            Where the issuer has a sign-out page (end_session_endpoint), vaultctl opens it in \
+            the browser when there is a display, to end the issuer's browser session too. Its \
+            address carries the account's ID token, so it is printed only with \
+            --print-end-session-url (and is in the --json receipt).
             """
     )
 
@@ -21,6 +26,12 @@ struct SignOut: ParsableCommand {
 
     @Flag(help: "Sign out of every account.")
     var all = false
+
+    @Flag(help: "Do not open the issuer's sign-out page in the browser.")
+    var noOpen = false
+
+    @Flag(name: .customLong("print-end-session-url"), help: "Print the issuer's sign-out address, which carries the ID token.")
+    var printEndSessionURL = false
 
     func validate() throws {
         guard (self.account != nil) != self.all else {
@@ -37,12 +48,23 @@ struct SignOut: ParsableCommand {
             if result.accounts.isEmpty { Output.line("no accounts to sign out of") }
             for receipt in result.accounts {
                 Output.line("signed out of \(receipt.name): \(Self.revocation(receipt)); wiped from \(receipt.wiped.joined(separator: ", "))")
-                if let url = receipt.endSessionURL {
-                    Output.line("  to end the issuer's browser session too, open: \(url)")
-                }
+                if let url = receipt.endSessionURL { self.endSession(url) }
             }
             let programs = result.notified == 1 ? "1 subscribed program was" : "\(result.notified) subscribed programs were"
             Output.line("\(programs) told")
+        }
+    }
+
+    /// The issuer's sign-out page: printed when asked for, else opened in
+    /// the browser when there is one; never printed unasked, as it carries
+    /// the ID token.
+    private func endSession(_ url: String) {
+        if self.printEndSessionURL {
+            Output.line("  to end the issuer's browser session too, open: \(url)")
+        } else if !self.noOpen, BrowserPage.open(url, removedAfter: 60) != nil {
+            Output.line("  opened the issuer's sign-out page in the browser, to end its browser session too")
+        } else {
+            Output.line("  the issuer's browser session may still be open; to end it, sign out at the issuer (or next time use --print-end-session-url)")
         }
     }
 

@@ -42,7 +42,7 @@ struct Token: ParsableCommand {
             let reply = try vault.send(.token(request))
             if self.connection.json { return self.connection.printJSON(reply) }
             let token = try Output.field(TokenResult.self, of: reply)
-            Output.line((self.header ? "Authorization: Bearer " : "") + token.accessToken.unsafeString())
+            Output.verbatim((self.header ? "Authorization: Bearer " : "") + token.accessToken.unsafeString())
         }
     }
 }

@@ -36,7 +36,7 @@ struct Connection: ParsableArguments {
     }
 
     func printJSON(_ reply: Data) {
-        Output.line(String(decoding: reply, as: UTF8.self))
+        Output.verbatim(String(decoding: reply, as: UTF8.self))
     }
 }
 
@@ -59,18 +59,26 @@ extension ErrorCode {
 }
 
 /// stdout carries results only (a token, a list); everything else goes to stderr.
+/// Lines are for terminals: their control characters are escaped, since most
+/// of what they say came from vaultd or an issuer (names, addresses, claims,
+/// error descriptions). Only `verbatim` writes text as it is.
 enum Output {
     static func line(_ text: String) {
+        Self.write(1, text.escapingControlCharacters + "\n")
+    }
+
+    /// One line as it is: JSON (escaped already) or the token a command was asked for.
+    static func verbatim(_ text: String) {
         Self.write(1, text + "\n")
     }
 
     static func error(_ message: String) {
-        Self.write(2, "vaultctl: error: \(message)\n")
+        Self.write(2, "vaultctl: error: \(message.escapingControlCharacters)\n")
     }
 
     /// A line for the person at the terminal (what to do next, what happened).
     static func note(_ text: String) {
-        Self.write(2, text + "\n")
+        Self.write(2, text.escapingControlCharacters + "\n")
     }
 
     /// Text for stderr as it is: a progress line redrawn after `\r`, a QR code.

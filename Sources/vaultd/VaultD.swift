@@ -146,9 +146,6 @@ struct VaultD: AsyncParsableCommand {
         case .file:
             (choice, reason) = (.file, "chosen with --backend file")
         case .keyring:
-            if case .failure(let error) = probe, error.kind != .locked {
-                throw ServerError("--backend keyring: \(error.message)")
-            }
             (choice, reason) = (.keyring, "chosen with --backend keyring")
         case .auto:
             if let recorded = try directory.recordedBackend() {
@@ -165,15 +162,26 @@ struct VaultD: AsyncParsableCommand {
         // vault that is locked at start only when it is the one in use.
         let sealed = try SealedFileStore(path: paths.vaultFile, keySource: keySource)
         let file: (any SecretStore)? = choice == .file || !sealed.isLocked ? sealed : nil
-        var keyring: (any SecretStore)?
+        // A keyring out of reach (an SSH login to the desktop machine: no
+        // session bus) does not stop the daemon, which would only be started
+        // again: the store reports itself locked and why, `status` says so,
+        // and `unlock` tries the keyring again.
+        var keyring: KeyringStore?
         if choice == .keyring || keyringAnswers {
             let store = KeyringStore()
             _ = try? await store.checkLocked()
+            if let unreachable = store.unreachable {
+                logger.warning(
+                    "the keyring cannot be reached; its accounts wait for: vaultctl unlock",
+                    metadata: ["reason": "\(unreachable)"]
+                )
+            }
             keyring = store
         }
-        let primary = choice == .file ? file : keyring
+        let primary: (any SecretStore)? = choice == .file ? file : keyring
         guard let primary else { throw ServerError("no \(choice.rawValue) backend could be opened") }
-        let others = [file, keyring].compactMap { $0 }.filter { $0.backend != primary.backend }
+        let stores: [(any SecretStore)?] = [file, keyring]
+        let others = stores.compactMap { $0 }.filter { $0.backend != primary.backend }
         return (primary, others, reason)
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 import Testing
 import VaultCrypto
 import VaultStore
@@ -133,9 +134,65 @@ struct KeyringDaemonTests {
             )
             #expect(add.status == 77, "locked: \(add.stderr)")
         }
+        // A keyring chosen but not there: vaultd serves, locked, and says why.
         let missing = try DaemonProcess(folder: try temporaryFolder(), arguments: ["--backend", "keyring"])
-        #expect(await missing.waitForExit() == 70)
-        #expect(missing.output.contains("choose --backend file"), "\(missing.output)")
+        defer { Task { _ = await missing.terminate() } }
+        #expect(await missing.waitForLog("listening"), "\(missing.output)")
+        #expect(missing.output.contains("the keyring cannot be reached"), "\(missing.output)")
+        let status = try await self.status(["TOKENVAULT_SOCKET": missing.socketPath])
+        #expect(status["locked"] as? Bool == true, "\(status)")
+        #expect((status["backend_reason"] as? String)?.contains("the keyring cannot be reached") == true, "\(status)")
+    }
+
+    /// An SSH login to the desktop machine: accounts.json says the secrets
+    /// are in the keyring, and there is no session bus. vaultd serves what
+    /// needs no secret, says why the rest waits, and gets the secrets once
+    /// the keyring can be reached and `unlock` asks for them.
+    @Test func aKeyringOutOfReachAtStartIsServedLockedUntilUnlock() async throws {
+        try await DaemonKeyring.with { keyring in
+            let issuer = try await TestIssuer.start()
+            defer { Task { await issuer.stop() } }
+            let folder = try temporaryFolder()
+            let first = try DaemonProcess(folder: folder, environment: ["DBUS_SESSION_BUS_ADDRESS": keyring.bus])
+            #expect(await first.waitForLog("listening"))
+            try await importAccount("work", from: issuer, environment: ["TOKENVAULT_SOCKET": first.socketPath])
+            #expect(try await keyring.search("work").contains("tokenvault: work"))
+            #expect(await first.terminate() == 0)
+
+            // No DBUS_SESSION_BUS_ADDRESS, no $XDG_RUNTIME_DIR/bus, no $DISPLAY to autolaunch one.
+            let runtime = try temporaryFolder()
+            let daemon = try DaemonProcess(
+                folder: folder,
+                environment: ["XDG_RUNTIME_DIR": runtime],
+                launcher: ["/usr/bin/env", "-u", "DBUS_SESSION_BUS_ADDRESS", "-u", "DISPLAY", "-u", "WAYLAND_DISPLAY"]
+            )
+            defer { Task { _ = await daemon.terminate() } }
+            #expect(await daemon.waitForLog("listening"), "\(daemon.output)")
+            #expect(daemon.output.contains("the keyring cannot be reached"), "\(daemon.output)")
+            let env = ["TOKENVAULT_SOCKET": daemon.socketPath]
+            let client = try LineClient(path: daemon.socketPath)
+            #expect(await client.call(#"{"id":1,"op":"hello"}"#)?["ok"] as? Bool == true)
+            let status = try await self.status(env)
+            #expect(status["backend"] as? String == "keyring" && status["locked"] as? Bool == true, "\(status)")
+            let reason = try #require(status["backend_reason"] as? String)
+            #expect(reason.contains("the keyring cannot be reached") && reason.contains("vaultctl unlock"), "\(reason)")
+            let token = try await runTool("vaultctl", ["token", "work"], environment: env)
+            #expect(token.status == 77, "locked: \(token.stderr)")
+            #expect(token.stderr.contains("the desktop keyring, which vaultd cannot reach"), "\(token.stderr)")
+            #expect(token.stderr.contains("then run: vaultctl unlock"), "\(token.stderr)")
+            let stillOut = try await runTool("vaultctl", ["unlock", "--no-passphrase"], environment: env)
+            #expect(stillOut.status != 0 && stillOut.stderr.contains("could not be reached"), "\(stillOut.stderr)")
+
+            // The desktop session's bus appears where GLib looks for it without an address.
+            let address = try #require(keyring.bus.split(separator: ",").first.map(String.init))
+            let busPath = try #require(address.hasPrefix("unix:path=") ? String(address.dropFirst("unix:path=".count)) : nil)
+            #expect(symlink(busPath, runtime + "/bus") == 0)
+            let unlocked = try await runTool("vaultctl", ["unlock", "--no-passphrase"], environment: env)
+            #expect(unlocked.status == 0, "\(unlocked.stderr)")
+            #expect(try await self.status(env)["locked"] as? Bool == false)
+            let served = try await runTool("vaultctl", ["token", "work"], environment: env)
+            #expect(served.status == 0, "\(served.stderr)")
+        }
     }
 }
 
