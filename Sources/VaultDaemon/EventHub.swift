@@ -81,5 +81,5 @@ public final class EventHub: Sendable {
         }
     }
 
-    static let closeGrace = TimeAmount.seconds(10)
+    static let closeGrace = TimeAmount.seconds(60)
 }

@@ -336,16 +336,20 @@ struct ConcurrencyTests {
         let first = await client.call(request)
         #expect(first?["ok"] as? Bool == true, "\(String(describing: first))")
         issuer.setTokenBehaviour(.gate)
-        // 25 s of a caller every 100 ms: with the issuer holding every refresh,
-        // a caller that waited on one would get no answer at all.
+        // 25 s of a caller every 100 ms, with the issuer holding every refresh
+        // until the test lets it through: a caller that waited on one would
+        // get no answer at all. The clock stands still while a refresh runs.
+        var refreshAt = clock.now() + 8
         for _ in 0..<250 {
             clock.advance(by: 0.1)
             let answer = try #require(await client.call(request))
             #expect(answer["ok"] as? Bool == true, "\(answer)")
-            if issuer.heldRequestCount == 1 {
+            if clock.now() >= refreshAt {
+                try await poll { issuer.heldRequestCount == 1 }
                 issuer.openGate()
                 try await poll { await !vault.broker.isRefreshing(account: "work") }
                 issuer.setTokenBehaviour(.gate)
+                refreshAt = clock.now() + 8
             }
         }
         #expect(issuer.refreshCount == 4, "one refresh at first, then one every 8 s of a 10 s token")
