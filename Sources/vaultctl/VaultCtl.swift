@@ -11,7 +11,7 @@ struct VaultCtl: ParsableCommand {
         commandName: "vaultctl",
         abstract: "Talk to vaultd, the tokenvault daemon.",
         version: TokenVault.version,
-        subcommands: [Status.self, SignIn.self, SignOut.self, Migrate.self, Token.self, Account.self, Import.self, Claims.self, Userinfo.self, Lock.self, Unlock.self, Exec.self, GitCredential.self, ExecCredential.self]
+        subcommands: [Status.self, SignIn.self, SignOut.self, Migrate.self, Token.self, Account.self, Import.self, Claims.self, Userinfo.self, Lock.self, Unlock.self, Exec.self, GitCredential.self, ExecCredential.self, Share.self, Unshare.self]
     )
 }
 
@@ -26,8 +26,14 @@ struct Connection: ParsableArguments {
     /// Runs `body` against the daemon; a wire error becomes one line on
     /// stderr and the matching exit code.
     func run(_ body: (VaultConnection) throws(VaultError) -> Void) throws {
+        try Self.run(socket: self.socket, body)
+    }
+
+    /// `run` for commands whose `--socket` means something else (`share`):
+    /// the daemon is then found through the environment.
+    static func run(socket: String?, _ body: (VaultConnection) throws(VaultError) -> Void) throws {
         do throws(VaultError) {
-            let path = try TokenVault.socketPath(explicit: self.socket ?? TokenVault.environment("VAULTCTL_SOCKET"))
+            let path = try TokenVault.socketPath(explicit: socket ?? TokenVault.environment("VAULTCTL_SOCKET"))
             try body(try VaultConnection(path: path))
         } catch {
             Output.error(error.message)
