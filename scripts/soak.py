@@ -3,36 +3,29 @@
 
   scripts/soak.py --bin FOLDER [SECONDS]      (normally through scripts/soak.sh)
 
-Starts Glewlwyd on 127.0.0.1 (scripts/glewlwyd/start.sh) with 5-second access
-tokens, runs FOLDER/vaultd with the sealed-file backend in a temporary XDG
-tree, and signs three accounts in with ada's password on the rotating
-confidential client: every refresh spends the refresh token and hands out its
-successor, and Glewlwyd logs each refresh token presented after it was spent
-or revoked ("Token invalid"). Then, for SECONDS, client threads ask the three
-accounts for tokens in mixed scope sets with a small min_ttl, so refreshes
-keep happening, while
-  - every few seconds an account signs out and, half a second later, in again;
-  - every ~20 s vaultd is SIGKILLed (half the time the moment Glewlwyd issues
-    a refresh token) and restarted at once. Before the clients come back, the
-    refresh token each account holds is looked up in Glewlwyd's database: one
-    the issuer already spent on an answer the killed vaultd never wrote is a
-    session lost in the kill window, and that account signs in again.
+Starts Glewlwyd on 127.0.0.1 (scripts/glewlwyd/start.sh, 5-second access
+tokens), runs FOLDER/vaultd with the sealed-file backend in a temporary XDG
+tree and signs three accounts in on the rotating confidential client, whose
+every refresh spends the refresh token. Client threads then ask the accounts
+for tokens in mixed scope sets with a small min_ttl, while accounts sign out
+and in again every few seconds and vaultd is SIGKILLed every ~20 s (half the
+time as Glewlwyd rotates a token) and started again. Before the clients come
+back, each account's refresh token is looked up in Glewlwyd's database; one
+spent on a single answer that the killed vaultd never wrote is a session lost
+in the kill window, and that account signs in again before anyone presents it.
 
-At the end it prints `name: value` lines. The first five are goals, each 0:
-  refresh tokens presented twice         Glewlwyd's "Token invalid" warnings
-  tokens served after a sign-out         tokens answered to requests sent after
-                                         the signout reply, before the next sign-in
-  tokens stored after a sign-out         accounts signed in again half a second
-                                         after their signout reply, unasked
-  sessions lost outside the kill window  sign-ins that ended in reauth_required
-  crashes                                vaultd exits not caused by our SIGKILL
-then the requests served, their latency (p50, p99) and what else happened.
+Prints `name: value` lines; the first five are goals, each 0: refresh tokens
+presented twice (Glewlwyd's "Token invalid" warnings: presented after being
+spent or revoked), tokens served after a sign-out (to requests sent after the
+signout reply, before the next sign-in; WORK/served-after-signout.txt lists
+them), tokens stored after a sign-out (signed in again unasked), sessions lost
+outside the kill window (sign-ins ended by reauth_required) and crashes
+(vaultd exits we did not cause). Then requests served, latency and counts.
 Exit 0 when every goal is 0, 1 when one is not, 2 when the setup failed.
 
 Environment: SOAK_SECONDS (600), SOAK_CLIENTS (200), SOAK_KILL_SECONDS (20),
-SOAK_SEED, SOAK_KEEP=1 (keep the work folder; it is kept anyway when a goal
-failed, with served-after-signout.txt and the logs). Never prints a token or
-a password.
+SOAK_SEED, SOAK_KEEP=1 (keep the work folder WORK; kept anyway on failure).
+Never prints a token or a password.
 """
 
 import argparse, json, os, random, signal, socket, subprocess, sys, tempfile, threading, time
@@ -118,23 +111,21 @@ class Vaultd:
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                self.kill()
 
 
 class Glewlwyd:
     """The provider, through the project's scripts/glewlwyd."""
 
     def __init__(self, folder):
-        self.folder = folder
+        self.folder, self.env, self.log_start = folder, {}, 0
+
+    def start(self):
         env = dict(os.environ, GLEWLWYD_ACCESS_TOKEN_SECONDS=str(ACCESS_TOKEN_SECONDS))
-        subprocess.run([GLEWLWYD + "/start.sh", folder], env=env, stdout=subprocess.DEVNULL, check=True)
-        self.env = {}
-        with open(folder + "/env") as f:
-            for line in f:
-                key, _, value = line.strip().partition("=")
-                self.env[key] = value.strip("'")
-        self.log_start = os.path.getsize(folder + "/glewlwyd.log")
+        subprocess.run([GLEWLWYD + "/start.sh", self.folder], env=env, stdout=subprocess.DEVNULL, check=True)
+        with open(self.folder + "/env") as f:
+            self.env = dict((k, v.strip("'")) for k, _, v in (line.strip().partition("=") for line in f))
+        self.log_start = os.path.getsize(self.folder + "/glewlwyd.log")
 
     def log_count(self, text):
         """How often the log says `text` since the provider was ready."""
@@ -143,9 +134,8 @@ class Glewlwyd:
             return f.read().count(text.encode())
 
     def wait_quiet(self, seconds=10):
-        """Waits until no connection to the provider is open: every request
-        of a killed vaultd has finished there, so the database is still and
-        may be read (a reader while Glewlwyd writes makes its query fail)."""
+        """Waits until every request of a killed vaultd has finished at the provider, so
+        its database may be read (a reader while Glewlwyd writes makes its query fail)."""
         port, deadline = int(self.env["GLEWLWYD_PORT"]), time.monotonic() + seconds
         while time.monotonic() < deadline:
             with open("/proc/net/tcp") as f:
@@ -155,12 +145,9 @@ class Glewlwyd:
                 return
             time.sleep(0.005)
 
-    def chain(self, refresh_token):
-        """Where a refresh token stands in its rotation chain (see refresh-chain.py)."""
-        return refresh_chain.chain_position(self.folder + "/glewlwyd.db", refresh_chain.token_hash(refresh_token))
-
     def stop(self):
-        subprocess.run([GLEWLWYD + "/stop.sh", self.folder], stderr=subprocess.DEVNULL)
+        if os.path.isdir(self.folder):
+            subprocess.run([GLEWLWYD + "/stop.sh", self.folder], stderr=subprocess.DEVNULL)
 
 
 def client(socket_path, answers, lost, up, stop, rng):
@@ -220,7 +207,7 @@ class Soak:
         self.args, self.work = args, work
         self.rng = random.Random(args.seed)
         self.vault = Vaultd(os.path.join(args.bin, "vaultd"), work)
-        self.gw = None
+        self.gw = Glewlwyd(work + "/glewlwyd")
         self.up, self.stop = threading.Event(), threading.Event()
         self.marks = {a: [] for a in ACCOUNTS}  # (monotonic time, "signin_sent" | "signin_reply" | "signout_...")
         self.answers = []  # one list per client
@@ -232,7 +219,7 @@ class Soak:
         self.marks[account].append((time.monotonic(), what))
 
     def setup(self):
-        self.gw = Glewlwyd(self.work + "/glewlwyd")
+        self.gw.start()
         self.vault.start()
         e = self.gw.env
         for account in ACCOUNTS:
@@ -288,10 +275,8 @@ class Soak:
         self.restart()
 
     def restart(self):
-        """Starts vaultd again and, before the clients come back, signs in
-        again each account that lost its session in the kill window: the
-        issuer spent its refresh token on exactly one answer, which the
-        killed vaultd never wrote."""
+        """Starts vaultd again; before the clients come back, signs in again each account
+        whose refresh token the issuer spent on one answer the killed vaultd never wrote."""
         self.up.clear()
         self.gw.wait_quiet()
         self.vault.start()
@@ -299,18 +284,18 @@ class Soak:
             reply = call(self.vault.socket, {"op": "refresh_token", "account": account})
             if not reply.get("ok"):
                 continue  # signed out, or lost before the kill: the clients will tell
-            chain = self.gw.chain(reply["refresh_token"])
+            chain = refresh_chain.chain_position(  # see scripts/glewlwyd/refresh-chain.py
+                self.gw.folder + "/glewlwyd.db", refresh_chain.token_hash(reply["refresh_token"]))
             if chain["known"] and not chain["enabled"] and chain["successors"] == 1 and chain["successor_enabled"]:
                 self.counts["window"] += 1
                 self.cycle(account)
         self.up.set()
 
     def run(self, seconds):
-        threads = []
-        for _ in range(self.args.clients):
-            self.answers.append([])
-            threads.append(threading.Thread(target=client, daemon=True, args=(
-                self.vault.socket, self.answers[-1], self.lost, self.up, self.stop, random.Random(self.rng.random()))))
+        self.answers = [[] for _ in range(self.args.clients)]
+        threads = [threading.Thread(target=client, daemon=True, args=(
+            self.vault.socket, answers, self.lost, self.up, self.stop, random.Random(self.rng.random())))
+            for answers in self.answers]
         self.up.set()
         for t in threads:
             t.start()
@@ -364,10 +349,8 @@ class Soak:
         with open(self.work + "/served-after-signout.txt", "w") as f:
             f.writelines(line + "\n" for line in served_after_signout)
         latencies.sort()
-
-        def percentile(p):
-            return "%.1f" % (1000 * latencies[min(int(p * len(latencies)), len(latencies) - 1)]) if latencies else "-"
-
+        n = len(latencies)
+        p50, p99 = ("%.1f" % (1000 * latencies[min(int(p * n), n - 1)]) if n else "-" for p in (0.5, 0.99))
         sign_ins = sum(1 for a in ACCOUNTS for _, what in self.marks[a] if what == "signin_reply")
         goals = {
             "refresh tokens presented twice": self.gw.log_count("Security - Token invalid"),
@@ -378,8 +361,8 @@ class Soak:
         }
         facts = {
             "requests served": len(latencies),
-            "latency p50 ms": percentile(0.50),
-            "latency p99 ms": percentile(0.99),
+            "latency p50 ms": p50,
+            "latency p99 ms": p99,
             "requests refused": " ".join("%s=%d" % kv for kv in sorted(refused.items())) or "none",
             "refreshes the issuer answered": self.gw.log_count("Refresh token generated") - sign_ins,
             "sign-ins": sign_ins,
@@ -387,7 +370,6 @@ class Soak:
             "kills": "%d (%d as the issuer rotated)" % (self.counts["kills"], self.counts["at_rotation"]),
             "sessions lost in the kill window": self.counts["window"],
             "provider SQL errors": self.gw.log_count("Error executing sql query"),
-            "clients": self.args.clients,
         }
         for name, value in list(goals.items()) + list(facts.items()):
             print("%s: %s" % (name, value), flush=True)
@@ -420,14 +402,13 @@ def main():
         except (OSError, ValueError, RuntimeError, subprocess.CalledProcessError) as e:
             say("setup failed: %s" % e)
             return 2
-        try:
-            until = soak.run(args.seconds)
-        except RuntimeError as e:
-            say("the soak stopped: %s" % e)
-            return 1
+        until = soak.run(args.seconds)
         soak.vault.stop()
         passed = soak.report(until)
         return 0 if passed else 1
+    except RuntimeError as e:
+        say("the soak stopped: %s" % e)
+        return 1
     except KeyboardInterrupt:
         say("interrupted")
         return 130
@@ -435,8 +416,7 @@ def main():
         soak.stop.set()
         soak.up.set()
         soak.vault.stop()
-        if soak.gw:
-            soak.gw.stop()
+        soak.gw.stop()
         if passed and os.environ.get("SOAK_KEEP") != "1":
             subprocess.run(["rm", "-rf", work])
         else:
