@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Soak test: vaultd under many clients against a rotating Glewlwyd, with
+# sign-outs and SIGKILLs along the way. scripts/soak.py says what it does and
+# what it prints.
+#
+#   scripts/soak.sh [SECONDS]          (default SOAK_SECONDS, else 600)
+#
+# Environment:
+#   SOAK_BIN           a folder holding vaultd (else a release build is made)
+#   SOAK_SECONDS       how long to run (600)
+#   SOAK_CLIENTS       client threads (200)
+#   SOAK_KILL_SECONDS  about how often vaultd is SIGKILLed (20)
+#   SOAK_SEED          seed for the clients' choices and the kill moments
+#   SOAK_KEEP=1        keep the work folder (kept anyway when a goal failed)
+#
+# Exit 0 when every goal figure is 0, 1 when one is not, 2 when the setup failed.
+# Needs what scripts/glewlwyd/start.sh needs (glewlwyd, sqlite3, openssl, python3).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+
+if [ -n "${SOAK_BIN:-}" ]; then
+    BIN="$SOAK_BIN"
+else
+    echo "soak: building vaultd (release)" >&2
+    (cd "$ROOT" && swift build -c release --static-swift-stdlib --product vaultd >&2) \
+        || { echo "soak: the build failed" >&2; exit 2; }
+    BIN="$ROOT/.build/release"
+fi
+[ -x "$BIN/vaultd" ] || { echo "soak: no vaultd in $BIN" >&2; exit 2; }
+
+exec python3 "$HERE/soak.py" --bin "$BIN" "$@"
