@@ -15,6 +15,11 @@ extension Broker {
         /// Copies that could not be removed, in words.
         var failures: [String] = []
         var notified: Int
+        /// The refresh that was spending the refresh token when the sign-out
+        /// came: revocation waits for it, so the issuer never sees the token
+        /// presented after it was revoked (the refresh, fenced, revokes what
+        /// it got in turn).
+        var spending: Task<Result<CachedToken, VaultError>, Never>?
     }
 
     /// Signs an account out everywhere (DESIGN "Sign-out wipes every copy"):
@@ -66,10 +71,13 @@ extension Broker {
         guard let account = self.accounts[name] else { throw Self.unknownAccount(name) }
         if self.store.isLocked { throw self.currentLockedError }
         let secrets = account.secrets
+        let spending = account.spending?.task
         self.forgetSecrets(of: name)
         let kept = secrets.clientSecret.map { AccountSecrets(clientSecret: $0) }
         if let kept { self.accounts[name]?.secrets = kept }
-        var wipe = Wipe(name: name, configuration: account.configuration, secrets: secrets, wiped: ["memory"], notified: 0)
+        var wipe = Wipe(
+            name: name, configuration: account.configuration, secrets: secrets, wiped: ["memory"], notified: 0, spending: spending
+        )
         let configured = self.store.backend
         for store in [self.store] + self.alsoWipe {
             let keep = store.backend == configured ? kept : nil
@@ -102,6 +110,7 @@ extension Broker {
         var endSession: String?
         let client = ClientCredentials(clientID: wipe.configuration.clientID, secret: wipe.secrets.clientSecret)
         if let refreshToken = wipe.secrets.refreshToken {
+            _ = await wipe.spending?.value
             do {
                 let metadata = try await self.oidc.metadata(for: wipe.configuration.issuer, now: self.clock.now())
                 let outcome = await self.oidc.revoke(refreshToken: refreshToken, client: client, metadata: metadata)

@@ -278,7 +278,8 @@ extension Broker {
     }
 
     private func failed(_ name: String, generation: Int, _ error: ProviderError) -> VaultError {
-        guard self.accounts[name]?.generation == generation else { return Self.wire(error, account: name) }
+        // Signed out (or in anew) meanwhile: the old token's fate says nothing of the account now.
+        guard self.accounts[name]?.generation == generation else { return Self.signedOutMeanwhile(name) }
         switch error {
         case .invalidGrant:
             self.accounts[name]?.needsReauth = true

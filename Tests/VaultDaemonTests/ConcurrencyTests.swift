@@ -103,12 +103,18 @@ struct ConcurrencyTests {
         setup.issuer.setTokenBehaviour(.gate)
         let refresh = Task { try await setup.token(force: true) }
         try await poll { setup.issuer.heldRequestCount == 1 }
-        _ = try await setup.broker.signOut("work")
+        let signOut = Task { try await setup.broker.signOut("work") }
+        // Wiped at once; the revocation waits for the exchange that spends the token.
+        try await poll { await setup.broker.status().accounts.first?.signedIn == false }
+        #expect(await setup.tokenError() == .notSignedIn)
+        #expect(setup.issuer.revocationCount == 0)
         setup.issuer.openGate()
+        _ = try await signOut.value
         await #expect(throws: VaultError.self) { try await refresh.value }
         #expect(await setup.tokenError() == .notSignedIn)
-        // The held exchange met a revoked token at the issuer: nothing rotated, nothing to keep.
-        #expect(setup.issuer.revocationCount == 1)
+        // Revoked: the token the issuer rotated meanwhile, and the one the sign-out held;
+        // the issuer never saw a token presented after its revocation.
+        try await poll { setup.issuer.revocationCount == 2 }
         #expect(setup.issuer.reusedRefreshTokens == 0)
         #expect(try await setup.restartedStatus(folder: setup.vault.folder)?.signedIn == false)
     }
