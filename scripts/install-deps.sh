@@ -10,6 +10,7 @@ packages=(
     util-linux python3                         # setpriv and a stdlib client, for the other-user test
     tmux                                       # a real terminal for vaultctl's prompts in the tests
     qrencode                                   # vaultctl signin --device draws its QR code with it
+    openssh-server openssh-client              # a forwarded share over real ssh, in the tests
 )
 missing=()
 for p in "${packages[@]}"; do
