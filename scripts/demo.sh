@@ -56,7 +56,8 @@ private_folder
 [ -s "$DEMO/vaultd.pid" ] && [ -d "/proc/$(cat "$DEMO/vaultd.pid")" ] \
     && { say "already running; scripts/demo.sh stop first"; exit 1; }
 rm -rf "$DEMO/provider" "$DEMO/run" "$DEMO/state" "$DEMO/config"
-mkdir -m 0700 "$DEMO/provider" "$DEMO/run" "$DEMO/state" "$DEMO/config"
+rm -rf "$DEMO/shares"
+mkdir -m 0700 "$DEMO/provider" "$DEMO/run" "$DEMO/state" "$DEMO/config" "$DEMO/shares"
 
 say "starting the OpenID provider (Glewlwyd) on 127.0.0.1"
 GLEWLWYD_ACCESS_TOKEN_SECONDS=300 "$ROOT/scripts/glewlwyd/start.sh" "$DEMO/provider" >/dev/null
@@ -91,6 +92,9 @@ Then try:
   vaultctl token demo                 # an access token, refreshed when it runs low
   vaultctl status                     # the account, its user and the token's expiry
   vaultctl claims demo                # the validated ID token
+  vaultctl share demo --socket $DEMO/shares/demo.sock --ttl 600   # lend its tokens, as for ssh -R
+  TOKENVAULT_SOCKET=$DEMO/shares/demo.sock vaultctl token demo  # served through the share
+  TOKENVAULT_SOCKET=$DEMO/shares/demo.sock vaultctl signout demo   # refused there
   vaultctl signout demo               # revoked at the provider, wiped everywhere
   vaultctl signin demo --password --username $GLEWLWYD_USERNAME   # password: $GLEWLWYD_PASSWORD
 
