@@ -89,6 +89,21 @@ public enum FileSystem {
         try Self.syncDirectory(of: path)
     }
 
+    /// Removes the temporary files `writeAtomically` left beside `path`
+    /// when the process died mid-write (the file itself is whole either way).
+    public static func removeTemporaries(of path: String) {
+        let prefix = String(path.split(separator: "/").last ?? "") + ".tmp-"
+        let directory = Self.directory(of: path)
+        guard let stream = opendir(directory) else { return }
+        defer { closedir(stream) }
+        while let entry = readdir(stream) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name.hasPrefix(prefix) { unlink(directory + "/" + name) }
+        }
+    }
+
     /// Removes `path`; true when it existed.
     public static func remove(_ path: String) throws(StoreError) -> Bool {
         if unlink(path) == 0 {

@@ -122,6 +122,7 @@ public final class SealedFileStore: SecretStore {
 
     /// Reads the key and the file, or makes both on first use.
     private func open(passphrase: SecretBytes?) throws(StoreError) -> State {
+        FileSystem.removeTemporaries(of: self.path)
         let existing = try FileSystem.read(self.path, limit: VaultFile.maximumSize)
         switch self.keySource {
         case .keyFile(let keyPath):

@@ -99,9 +99,10 @@ import VaultCrypto
         let store = try self.keyFileStore()
         try await store.save(try self.secrets("rt-1"), for: "work")
         // A crash between writing the temporary file and renaming it.
-        try self.write(Array("half-written".utf8), self.vaultPath + ".tmp")
+        try self.write(Array("half-written".utf8), self.vaultPath + ".tmp-crashed")
         let reopened = try self.keyFileStore()
         #expect(try await reopened.load("work") == (try self.secrets("rt-1")))
+        #expect(!FileManager.default.fileExists(atPath: self.vaultPath + ".tmp-crashed"), "opening clears what a crash left")
         try await reopened.save(try self.secrets("rt-2"), for: "work")
         #expect(try await self.keyFileStore().load("work") == (try self.secrets("rt-2")))
     }
