@@ -179,13 +179,16 @@ public actor SignIns {
         guard let flow = self.flows[id], flow.outcome == nil else {
             throw VaultError(.flowNotFound, "the sign-in in progress ended before it was ready; start again")
         }
+        var result: SignInResult
         switch flow.step {
         case .starting: throw Self.busy(id)
-        case .code(let step): return self.codeResult(id, step)
-        case .nativePassword, .passwordGrant: return self.result(id, .passwordRequired)
-        case .browser: return self.result(id, .openBrowser)
-        case .device: return self.result(id, .deviceCode)
+        case .code(let step): result = self.codeResult(id, step)
+        case .nativePassword, .passwordGrant: result = self.result(id, .passwordRequired)
+        case .browser: result = self.result(id, .openBrowser)
+        case .device: result = self.result(id, .deviceCode)
         }
+        result.joined = true
+        return result
     }
 
     /// The flow leaves `.starting` (or its previous step) for `step`, with a

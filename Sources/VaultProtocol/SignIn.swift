@@ -74,6 +74,9 @@ public struct SignInResult: ResultPayload, Equatable {
     public var expiresIn: Int?
     /// `browser_required`: the issuer's reason, when it gave one.
     public var reason: String?
+    /// True when this `signin.start` joined a sign-in already in progress
+    /// (another program started it: its browser is open, its code was sent).
+    public var joined: Bool?
 
     public init(flow: String, state: SignInState, account: String, method: SignInMethod) {
         self.flow = flow
@@ -83,7 +86,7 @@ public struct SignInResult: ResultPayload, Equatable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case flow, state, account, method, username, channel, interval, url, reason
+        case flow, state, account, method, username, channel, interval, url, reason, joined
         case sentTo = "sent_to"
         case codeLength = "code_length"
         case attemptsLeft = "attempts_left"

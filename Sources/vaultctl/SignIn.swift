@@ -308,11 +308,15 @@ private final class SignInSession {
         guard let url = result.url else {
             throw VaultError(.internalError, "vaultd sent no address for the browser sign-in")
         }
-        Output.note("Open this address in your browser to sign in:")
+        if result.joined == true {
+            Output.note("Another program started this sign-in and opened the browser; finish it there, or open:")
+        } else {
+            Output.note("Open this address in your browser to sign in:")
+        }
         Output.note(url)
         // The page goes when the flow ends, and by the time it expires at the latest.
         let lifetime = min(max(result.expiresIn ?? 600, 0), 3600) + 10
-        if self.openBrowser, self.page == nil, let page = BrowserPage.open(url, removedAfter: lifetime) {
+        if self.openBrowser, result.joined != true, self.page == nil, let page = BrowserPage.open(url, removedAfter: lifetime) {
             self.page = page
             self.children.append(page.opener)
         }

@@ -308,13 +308,16 @@ struct ConcurrencyTests {
         let start = #"{"id":"s","op":"signin.start","account":"work","method":"email_otp","username":"\#(email)"}"#
         for _ in 0..<10 { client.send(start + "\n") }
         var flows: Set<String> = []
+        var joined = 0
         for _ in 0..<10 {
             let line = try #require(await client.readObject())
             #expect(line["state"] as? String == "code_required", "\(line)")
             flows.insert(line["flow"] as? String ?? "")
+            if line["joined"] as? Bool == true { joined += 1 }
         }
         #expect(flows.count == 1)
         #expect(issuer.codesSent(to: email) == 1)
+        #expect(joined == 9, "every start after the first says it joined")
         let other = try #require(await client.call(#"{"id":"p","op":"signin.start","account":"work","method":"device"}"#))
         #expect(other.errorCode == "bad_request")
         let message = (other["error"] as? [String: Any])?["message"] as? String ?? ""
