@@ -1,4 +1,5 @@
 #define _GNU_SOURCE
+#include <malloc.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <stddef.h>
@@ -10,4 +11,8 @@ _Static_assert(offsetof(struct ucred, uid) == offsetof(vault_peer_credentials, u
 
 int vault_set_undumpable(void) {
     return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+}
+
+int vault_limit_malloc_arenas(int arenas) {
+    return mallopt(M_ARENA_MAX, arenas);
 }

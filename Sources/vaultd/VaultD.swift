@@ -2,6 +2,7 @@ public import ArgumentParser
 import CVaultSystem
 import Glibc
 public import Logging
+import NIOCore
 import ServiceLifecycle
 import UnixSignals
 import VaultDaemon
@@ -44,6 +45,7 @@ struct VaultD: AsyncParsableCommand {
     var exitIdleAfter: Int = 0
 
     func run() async throws {
+        Self.sizeForOneUser()
         let level = self.logLevel
         LoggingSystem.bootstrap { JournalLogHandler(label: $0, level: level) }
         let logger = Logger(label: "vaultd")
@@ -59,6 +61,17 @@ struct VaultD: AsyncParsableCommand {
             logger.error("\(error.description)")
             throw ExitCode(70)
         }
+    }
+
+    /// A per-user daemon serves one person's programs: two event loops and
+    /// a small pool for blocking work (fsync, the keyring) whatever the
+    /// machine's core count, and two malloc arenas, so its memory neither
+    /// scales with the cores nor stays high after a burst. Before any of
+    /// NIO's singletons exist.
+    static func sizeForOneUser() {
+        NIOSingletons.groupLoopCountSuggestion = min(System.coreCount, 2)
+        NIOSingletons.blockingPoolThreadCountSuggestion = 4
+        _ = vault_limit_malloc_arenas(2)
     }
 
     private func serve(logger: Logger) async throws {

@@ -15,4 +15,7 @@ typedef struct {
 /// other processes of the same user. prctl is variadic, hence this shim.
 int vault_set_undumpable(void);
 
+/// Caps glibc's malloc arenas (mallopt M_ARENA_MAX); returns 1 on success.
+int vault_limit_malloc_arenas(int arenas);
+
 #endif
