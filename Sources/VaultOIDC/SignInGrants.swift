@@ -136,8 +136,8 @@ extension OIDCClient {
                 userCode: TokenResponseParser.clean(userCode),
                 verificationURI: verificationURI,
                 verificationURIComplete: document["verification_uri_complete"]?.stringValue,
-                expiresIn: document["expires_in"]?.intValue ?? 1800,
-                interval: max(1, document["interval"]?.intValue ?? 5)
+                expiresIn: IssuerNumber.bounded(document["expires_in"], IssuerNumber.lifetimes) ?? 1800,
+                interval: IssuerNumber.bounded(document["interval"], IssuerNumber.intervals) ?? 5
             )
         } catch {
             throw .unavailable(reason: "out of guarded memory", retryAfterSeconds: nil)
@@ -177,13 +177,9 @@ enum Base64URL {
 }
 
 extension JSONValue {
-    /// A number, or a number written as a string (seen in the wild for `expires_in`).
+    /// A number, or a number written as a string, within ±10¹² (error codes).
     var intValue: Int? {
-        switch self {
-        case .number(let value) where value.isFinite && abs(value) < 1e12: Int(value)
-        case .string(let text): Int(text)
-        default: nil
-        }
+        IssuerNumber.bounded(self, -1_000_000_000_000...1_000_000_000_000)
     }
 }
 
@@ -219,8 +215,10 @@ extension OIDCClient {
             guard reply.status == 200 else { return (.failed, "the revocation endpoint answered HTTP \(reply.status)") }
             return (.yes, nil)
         } catch {
-            if case .unavailable(let reason, _) = error { return (.failed, reason) }
-            return (.failed, "\(error)")
+            switch error {
+            case .unavailable(let reason, _), .untrusted(let reason): return (.failed, reason)
+            default: return (.failed, "\(error)")
+            }
         }
     }
 
