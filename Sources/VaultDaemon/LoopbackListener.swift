@@ -67,7 +67,9 @@ final class LoopbackListener: Sendable {
                 return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
                     try channel.pipeline.syncOperations.addHandler(
-                        CallbackHandler(path: expectedPath, deadline: deadline, handle: handle)
+                        CallbackHandler(path: expectedPath, deadline: deadline, handle: handle) {
+                            connections.answering(channel)
+                        }
                     )
                 }
             }
@@ -85,7 +87,8 @@ final class LoopbackListener: Sendable {
         return LoopbackListener(redirectURI: uri, channel: channel, connections: connections)
     }
 
-    /// Stops listening and closes every connection still open.
+    /// Stops listening and closes every connection still open, but for
+    /// one being answered: it closes once its page is sent.
     func close() {
         self.channel.close(promise: nil)
         for connection in self.connections.closeAll() { connection.close(promise: nil) }
@@ -102,7 +105,8 @@ final class LoopbackListener: Sendable {
     /// The accepted connections, for the cap and for `close()`.
     private final class Connections: Sendable {
         private let maximum: Int
-        private let state = Mutex<(closed: Bool, open: [ObjectIdentifier: any Channel])>((false, [:]))
+        /// The open connections, and whether each is being answered.
+        private let state = Mutex<(closed: Bool, open: [ObjectIdentifier: (channel: any Channel, answering: Bool)])>((false, [:]))
 
         init(maximum: Int) { self.maximum = maximum }
 
@@ -110,18 +114,22 @@ final class LoopbackListener: Sendable {
             let id = ObjectIdentifier(channel)
             let admitted = self.state.withLock { state in
                 guard !state.closed, state.open.count < self.maximum else { return false }
-                state.open[id] = channel
+                state.open[id] = (channel, false)
                 return true
             }
             if admitted { channel.closeFuture.whenComplete { _ in self.state.withLock { _ = $0.open.removeValue(forKey: id) } } }
             return admitted
         }
 
+        /// A whole request came in: its answer is on its way, and the connection closes after.
+        func answering(_ channel: any Channel) {
+            self.state.withLock { $0.open[ObjectIdentifier(channel)]?.answering = true }
+        }
+
         func closeAll() -> [any Channel] {
             self.state.withLock { state in
                 state.closed = true
-                defer { state.open = [:] }
-                return Array(state.open.values)
+                return state.open.values.filter { !$0.answering }.map(\.channel)
             }
         }
 
@@ -137,11 +145,18 @@ private final class CallbackHandler: ChannelInboundHandler, Sendable {
     let path: String
     let deadline: Scheduled<Void>
     let handle: LoopbackListener.Handler
+    let answering: @Sendable () -> Void
 
-    init(path: String, deadline: Scheduled<Void>, handle: @escaping LoopbackListener.Handler) {
+    init(
+        path: String,
+        deadline: Scheduled<Void>,
+        handle: @escaping LoopbackListener.Handler,
+        answering: @escaping @Sendable () -> Void
+    ) {
         self.path = path
         self.deadline = deadline
         self.handle = handle
+        self.answering = answering
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -161,8 +176,10 @@ private final class CallbackHandler: ChannelInboundHandler, Sendable {
             )
             return
         }
-        // The request is in: its answer may take as long as redeeming the code.
+        // The request is in: its answer may take as long as redeeming the code,
+        // and the flow's end (which this answer may bring) does not cut it.
         self.deadline.cancel()
+        self.answering()
         var query: [String: String] = [:]
         for item in components.queryItems ?? [] where query[item.name] == nil {
             query[item.name] = item.value ?? ""

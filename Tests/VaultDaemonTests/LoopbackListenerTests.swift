@@ -41,4 +41,22 @@ struct LoopbackListenerTests {
         let answer = await blocking { IssuerSafetyTests.exchange(port, "GET /callback?state=x HTTP/1.1\r\nHost: x\r\n\r\n") }
         #expect(answer.hasPrefix("HTTP/1.1 200"), "a whole request within the deadline is answered: \(answer)")
     }
+
+    /// The answer that ends the flow closes the listener while its own page is being written: that page still arrives.
+    @Test func theAnswerThatEndsTheFlowStillGetsItsPage() async throws {
+        let box = ListenerBox()
+        let listener = try await LoopbackListener.start(fixed: nil) { _ in
+            box.listener?.close()
+            return .init(status: .ok, title: "Signed in", message: "done", done: true)
+        }
+        box.listener = listener
+        let port = try #require(URLComponents(string: listener.redirectURI)?.port)
+        let answer = await blocking { IssuerSafetyTests.exchange(port, "GET /callback?state=x HTTP/1.1\r\nHost: x\r\n\r\n") }
+        #expect(answer.hasPrefix("HTTP/1.1 200") && answer.contains("Signed in"), "\(answer)")
+        #expect(await IssuerSafetyTests.eventually { listener.openConnections == 0 })
+    }
+}
+
+private final class ListenerBox: @unchecked Sendable {
+    var listener: LoopbackListener?
 }
