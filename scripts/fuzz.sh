@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Fuzzes vaultd with libFuzzer: the request path (Fuzz/FuzzRequest.swift: line
-# codec and dispatcher, every op, against a real broker with no network) and
-# the sealed vault file (Fuzz/FuzzVaultFile.swift: the file parser and the
-# record codec). Not part of scripts/test.sh.
+# codec and dispatcher, every op, against a real broker with no network), the
+# request decoder alone (the same file built with -D DECODE_ONLY:
+# request-decode), the sealed vault file (Fuzz/FuzzVaultFile.swift: the file
+# parser and the record codec) and what issuers send (Fuzz/FuzzIssuer.swift:
+# token, native-auth, device, discovery and JWKS answers, Retry-After and
+# Cache-Control, numbers bounded). Not part of scripts/test.sh.
 #
 #   scripts/fuzz.sh SECONDS              build, then run each harness SECONDS
 #   scripts/fuzz.sh SECONDS request      ... only the named harness(es)
@@ -18,7 +21,7 @@
 #         -Xswiftc -enable-testing \
 #         -Xswiftc -sanitize-coverage=edge,trace-cmp,pc-table,inline-8bit-counters
 #     --target builds VaultDaemon and what it depends on, and links nothing;
-#     -enable-testing lets FuzzVaultFile `@testable import VaultStore`; the
+#     -enable-testing lets FuzzVaultFile and FuzzIssuer `@testable import`; the
 #     coverage flags are needed because `-sanitize=fuzzer` alone instruments
 #     only what swiftc compiles and links in one step.
 #  2. swiftc compiles each harness against those modules (the C modules' maps
@@ -43,7 +46,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 usage() {
-    echo "usage: scripts/fuzz.sh [--no-build] SECONDS [request|vaultfile]... | --build-only [request|vaultfile]..." >&2
+    echo "usage: scripts/fuzz.sh [--no-build] SECONDS [NAME]... | --build-only [NAME]...  (NAME: request request-decode vaultfile issuer)" >&2
     exit 64
 }
 
@@ -55,7 +58,7 @@ while [ $# -gt 0 ]; do
     case $1 in
     --build-only) run=no ;;
     --no-build) build=no ;;
-    request | vaultfile) harnesses+=("$1") ;;
+    request | request-decode | vaultfile | issuer) harnesses+=("$1") ;;
     -h | --help) usage ;;
     *[!0-9]* | '') usage ;;
     *) seconds=$1 ;;
@@ -65,11 +68,19 @@ done
 if [ "$run" = yes ] && [ -z "$seconds" ]; then usage; fi
 
 scratch=.build-fuzz
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(request vaultfile)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(request request-decode vaultfile issuer)
 source_of() {
     case $1 in
-    request) echo Fuzz/FuzzRequest.swift ;;
+    request | request-decode) echo Fuzz/FuzzRequest.swift ;;
     vaultfile) echo Fuzz/FuzzVaultFile.swift ;;
+    issuer) echo Fuzz/FuzzIssuer.swift ;;
+    esac
+}
+# The corpus and dictionary a harness shares with another.
+base_of() {
+    case $1 in
+    request-decode) echo request ;;
+    *) echo "$1" ;;
     esac
 }
 
@@ -113,8 +124,10 @@ EOF
 
     for name in "${harnesses[@]}"; do
         echo "fuzz.sh: linking $scratch/fuzz-$name"
+        defines=()
+        [ "$name" = request-decode ] && defines=(-D DECODE_ONLY)
         swiftc -sanitize=fuzzer,address -parse-as-library -O -swift-version 6 -warnings-as-errors -use-ld=lld \
-            -module-cache-path "$scratch/ModuleCache" @"$scratch/harness.flags" \
+            ${defines[@]+"${defines[@]}"} -module-cache-path "$scratch/ModuleCache" @"$scratch/harness.flags" \
             -o "$scratch/fuzz-$name" "$(source_of "$name")" @"$scratch/harness.objects"
     done
 fi
@@ -134,10 +147,10 @@ for name in "${harnesses[@]}"; do
     corpus=$scratch/corpus/$name
     rm -rf "$corpus"
     mkdir -p "$corpus"
-    cp Fuzz/corpus/"$name"/* "$corpus"/
+    cp Fuzz/corpus/"$(base_of "$name")"/* "$corpus"/
     options=(-max_total_time="$seconds" -print_final_stats=1 -max_len=66000 -timeout=10 -detect_leaks=0
         -artifact_prefix="$scratch/crashes/$name-")
-    [ -f "Fuzz/$name.dict" ] && options+=(-dict="Fuzz/$name.dict")
+    [ -f "Fuzz/$(base_of "$name").dict" ] && options+=(-dict="Fuzz/$(base_of "$name").dict")
     echo "fuzz.sh: fuzzing $name for $seconds s"
     started=$(date +%s)
     set +e

@@ -2,12 +2,17 @@ import FoundationEssentials
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import Synchronization
 
 /// The redirect listener of a browser sign-in (RFC 8252 §7.3): HTTP on
 /// 127.0.0.1 only, on a free port or the account's fixed one, opened just
 /// before the authorization request and closed after the one answer that
-/// counts. Requests for other paths get 404; the answer's query goes to
-/// `handle`, whose verdict becomes the short page the browser shows.
+/// counts. Only `GET` of the callback path is answered (other paths 404,
+/// other methods 405); its query goes to `handle`, whose verdict becomes
+/// the short page the browser shows. Any local user can connect, so each
+/// connection has `requestDeadline` to send its request, at most
+/// `maximumConnections` are held (more are closed at once), and `close()`
+/// closes every one of them.
 final class LoopbackListener: Sendable {
     /// What the browser is told, and whether the listener's work is done.
     struct Verdict: Sendable {
@@ -21,15 +26,22 @@ final class LoopbackListener: Sendable {
 
     let redirectURI: String
     private let channel: any Channel
+    private let connections: Connections
 
-    private init(redirectURI: String, channel: any Channel) {
+    private init(redirectURI: String, channel: any Channel, connections: Connections) {
         self.redirectURI = redirectURI
         self.channel = channel
+        self.connections = connections
     }
 
     /// Binds 127.0.0.1 (or [::1] for such a fixed URI) and returns at once.
     /// `fixed` is a loopback `http` URI whose port the issuer matches exactly.
-    static func start(fixed: String?, handle: @escaping Handler) async throws -> LoopbackListener {
+    static func start(
+        fixed: String?,
+        requestDeadline: TimeAmount = .seconds(5),
+        maximumConnections: Int = 16,
+        handle: @escaping Handler
+    ) async throws -> LoopbackListener {
         var host = "127.0.0.1"
         var port = 0
         var path = "/callback"
@@ -44,13 +56,21 @@ final class LoopbackListener: Sendable {
             path = components.path.isEmpty ? "/" : components.path
         }
         let expectedPath = path
+        let connections = Connections(maximum: maximumConnections)
         let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.backlog, value: 8)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
+                // A failed future makes NIO close the connection at once.
+                guard connections.admit(channel) else { return channel.eventLoop.makeFailedFuture(ListenerError("full")) }
+                let deadline = channel.eventLoop.scheduleTask(in: requestDeadline) { channel.close(promise: nil) }
+                return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
-                    try channel.pipeline.syncOperations.addHandler(CallbackHandler(path: expectedPath, handle: handle))
+                    try channel.pipeline.syncOperations.addHandler(
+                        CallbackHandler(path: expectedPath, deadline: deadline, handle: handle) {
+                            connections.answering(channel)
+                        }
+                    )
                 }
             }
         let channel: any Channel
@@ -64,16 +84,56 @@ final class LoopbackListener: Sendable {
             throw ListenerError("the loopback listener has no port")
         }
         let uri = fixed ?? "http://127.0.0.1:\(bound)\(path)"
-        return LoopbackListener(redirectURI: uri, channel: channel)
+        return LoopbackListener(redirectURI: uri, channel: channel, connections: connections)
     }
 
+    /// Stops listening and closes every connection still open, but for
+    /// one being answered: it closes once its page is sent.
     func close() {
         self.channel.close(promise: nil)
+        for connection in self.connections.closeAll() { connection.close(promise: nil) }
     }
+
+    /// Connections accepted and not yet closed.
+    var openConnections: Int { self.connections.count }
 
     struct ListenerError: Error, CustomStringConvertible {
         var description: String
         init(_ description: String) { self.description = description }
+    }
+
+    /// The accepted connections, for the cap and for `close()`.
+    private final class Connections: Sendable {
+        private let maximum: Int
+        /// The open connections, and whether each is being answered.
+        private let state = Mutex<(closed: Bool, open: [ObjectIdentifier: (channel: any Channel, answering: Bool)])>((false, [:]))
+
+        init(maximum: Int) { self.maximum = maximum }
+
+        func admit(_ channel: any Channel) -> Bool {
+            let id = ObjectIdentifier(channel)
+            let admitted = self.state.withLock { state in
+                guard !state.closed, state.open.count < self.maximum else { return false }
+                state.open[id] = (channel, false)
+                return true
+            }
+            if admitted { channel.closeFuture.whenComplete { _ in self.state.withLock { _ = $0.open.removeValue(forKey: id) } } }
+            return admitted
+        }
+
+        /// A whole request came in: its answer is on its way, and the connection closes after.
+        func answering(_ channel: any Channel) {
+            self.state.withLock { $0.open[ObjectIdentifier(channel)]?.answering = true }
+        }
+
+        func closeAll() -> [any Channel] {
+            self.state.withLock { state in
+                state.closed = true
+                return state.open.values.filter { !$0.answering }.map(\.channel)
+            }
+        }
+
+        var count: Int { self.state.withLock { $0.open.count } }
     }
 }
 
@@ -83,25 +143,43 @@ private final class CallbackHandler: ChannelInboundHandler, Sendable {
     typealias OutboundOut = HTTPServerResponsePart
 
     let path: String
+    let deadline: Scheduled<Void>
     let handle: LoopbackListener.Handler
+    let answering: @Sendable () -> Void
 
-    init(path: String, handle: @escaping LoopbackListener.Handler) {
+    init(
+        path: String,
+        deadline: Scheduled<Void>,
+        handle: @escaping LoopbackListener.Handler,
+        answering: @escaping @Sendable () -> Void
+    ) {
         self.path = path
+        self.deadline = deadline
         self.handle = handle
+        self.answering = answering
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard case .head(let head) = self.unwrapInboundIn(data) else { return }
         let channel = context.channel
-        guard head.method == .GET, let components = URLComponents(string: "http://loopback" + head.uri),
-            components.path == self.path
-        else {
+        guard let components = URLComponents(string: "http://loopback" + head.uri), components.path == self.path else {
             Self.respond(
                 channel,
                 LoopbackListener.Verdict(status: .notFound, title: "Not found", message: "Nothing here.", done: false)
             )
             return
         }
+        guard head.method == .GET else {
+            Self.respond(
+                channel,
+                LoopbackListener.Verdict(status: .methodNotAllowed, title: "Not allowed", message: "Only GET.", done: false)
+            )
+            return
+        }
+        // The request is in: its answer may take as long as redeeming the code,
+        // and the flow's end (which this answer may bring) does not cut it.
+        self.deadline.cancel()
+        self.answering()
         var query: [String: String] = [:]
         for item in components.queryItems ?? [] where query[item.name] == nil {
             query[item.name] = item.value ?? ""
@@ -126,6 +204,7 @@ private final class CallbackHandler: ChannelInboundHandler, Sendable {
         headers.add(name: "Content-Length", value: String(html.utf8.count))
         headers.add(name: "Cache-Control", value: "no-store")
         headers.add(name: "Connection", value: "close")
+        if verdict.status == .methodNotAllowed { headers.add(name: "Allow", value: "GET") }
         let head = HTTPResponseHead(version: .http1_1, status: verdict.status, headers: headers)
         channel.write(HTTPServerResponsePart.head(head), promise: nil)
         channel.write(HTTPServerResponsePart.body(.byteBuffer(channel.allocator.buffer(string: html))), promise: nil)

@@ -163,7 +163,7 @@ enum NativeAuthParser {
             switch challengeType ?? "" {
             case "oob":
                 guard let sentTo = text("challenge_target_label"), let channel = text("challenge_channel"),
-                    let length = document["code_length"]?.intValue, (1...32).contains(length)
+                    let length = IssuerNumber.bounded(document["code_length"], 0...33), (1...32).contains(length)
                 else {
                     throw .provider(.unavailable(reason: "the issuer's code challenge is incomplete", retryAfterSeconds: nil))
                 }
@@ -172,7 +172,7 @@ enum NativeAuthParser {
                     sentTo: TokenResponseParser.clean(sentTo),
                     channel: TokenResponseParser.clean(channel.lowercased()),
                     codeLength: length,
-                    interval: document["interval"]?.intValue
+                    interval: IssuerNumber.bounded(document["interval"], IssuerNumber.waits)
                 )
             case "password":
                 return .passwordRequired(continuation: continuation)

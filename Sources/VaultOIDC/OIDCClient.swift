@@ -25,6 +25,11 @@ public actor OIDCClient {
         public var discoveryLifetime: Double = 3600
         /// Allowed clock difference when checking `exp` and `iat`.
         public var leeway: Double = 60
+        /// How long an issuer's signing keys are trusted when its JWKS
+        /// answer has no `Cache-Control: max-age`; a max-age is honoured up
+        /// to `maximumKeySetLifetime`.
+        public var keySetLifetime: Double = 3600
+        public var maximumKeySetLifetime: Double = 86400
 
         public init() {}
     }
@@ -36,17 +41,37 @@ public actor OIDCClient {
     private var keySets: [String: KeySet] = [:]
 
     /// An issuer's signing keys, and their `kid`s: jwt-kit falls back to a
-    /// default key for an unknown `kid`, so the lookup is done here.
+    /// default key for an unknown `kid`, so the lookup is done here. Kept
+    /// until `expiresAt`, so a key the issuer withdrew stops validating.
     private struct KeySet {
         var keys: JWTKeyCollection
         var kids: Set<String>
+        var expiresAt: Double
     }
 
-    public init(http: HTTPClient = .shared, configuration: Configuration = Configuration(), logger: Logger) {
+    /// `http` must not follow redirects: make it with ``makeHTTPClient(eventLoopGroup:)``
+    /// (and shut it down after the last call), or leave the default, one
+    /// such client for the whole process that lives as long as it.
+    public init(http: HTTPClient = OIDCClient.sharedHTTPClient, configuration: Configuration = Configuration(), logger: Logger) {
         self.http = http
         self.configuration = configuration
         self.logger = logger
     }
+
+    /// An HTTP client for issuers: it never follows a redirect, so a
+    /// refresh token, client secret, password or verifier goes only to the
+    /// endpoint that discovery named (a 307 or 308 would resend the body,
+    /// and could go from https to http). Its owner shuts it down.
+    public static func makeHTTPClient(eventLoopGroup: any EventLoopGroup = HTTPClient.defaultEventLoopGroup) -> HTTPClient {
+        var configuration = HTTPClient.Configuration()
+        configuration.redirectConfiguration = .disallow
+        configuration.timeout.connect = .seconds(10)
+        return HTTPClient(eventLoopGroup: eventLoopGroup, configuration: configuration)
+    }
+
+    /// The process's issuer client, like `HTTPClient.shared` but without
+    /// redirects; never shut down.
+    public static let sharedHTTPClient = OIDCClient.makeHTTPClient()
 
     // MARK: Discovery
 
@@ -171,10 +196,10 @@ public actor OIDCClient {
         now: Double
     ) async throws(ProviderError) -> JSONValue {
         let token = idToken.unsafeString()
-        var keySet = try await self.keySet(for: metadata, refetch: false)
+        var keySet = try await self.keySet(for: metadata, refetch: false, now: now)
         if let kid = IDTokenReader.header(of: token)?["kid"]?.stringValue, !keySet.kids.contains(kid) {
             // A key the issuer rotated in since the last fetch: fetch once more.
-            keySet = try await self.keySet(for: metadata, refetch: true)
+            keySet = try await self.keySet(for: metadata, refetch: true, now: now)
             guard keySet.kids.contains(kid) else {
                 throw .untrusted(reason: "the ID token is signed with a key the issuer does not publish")
             }
@@ -209,8 +234,8 @@ public actor OIDCClient {
         return claims
     }
 
-    private func keySet(for metadata: ProviderMetadata, refetch: Bool) async throws(ProviderError) -> KeySet {
-        if !refetch, let keySet = self.keySets[metadata.issuer] { return keySet }
+    private func keySet(for metadata: ProviderMetadata, refetch: Bool, now: Double) async throws(ProviderError) -> KeySet {
+        if !refetch, let keySet = self.keySets[metadata.issuer], now < keySet.expiresAt { return keySet }
         guard let uri = metadata.jwksURI else {
             throw .untrusted(reason: "the issuer publishes no signing keys (jwks_uri)")
         }
@@ -218,7 +243,8 @@ public actor OIDCClient {
         guard reply.status == 200 else {
             throw .unavailable(reason: "the JWKS answered HTTP \(reply.status)", retryAfterSeconds: nil)
         }
-        var keySet = KeySet(keys: JWTKeyCollection(), kids: [])
+        let lifetime = reply.maxAge.map { min(Double($0), self.configuration.maximumKeySetLifetime) } ?? self.configuration.keySetLifetime
+        var keySet = KeySet(keys: JWTKeyCollection(), kids: [], expiresAt: now + lifetime)
         do {
             let jwks = try JSONDecoder().decode(JWKS.self, from: Data(reply.body))
             for jwk in jwks.keys {
@@ -235,12 +261,18 @@ public actor OIDCClient {
 
     // MARK: HTTP
 
-    struct Reply {
+    struct Reply: Sendable {
         var status: UInt
         var body: [UInt8]
         var retryAfter: Int?
+        /// `Cache-Control: max-age`, in seconds (bounded).
+        var maxAge: Int?
     }
 
+    /// One exchange with the issuer. Its deadline covers everything, the
+    /// body included: a body trickled a byte at a time is cut there, and the
+    /// request cancelled (AsyncHTTPClient's own deadline ends at the head).
+    /// A redirect is never followed: it is an answer that cannot be used.
     func send(
         url: String,
         method: HTTPMethod,
@@ -248,33 +280,69 @@ public actor OIDCClient {
         body: [UInt8]? = nil,
         timeout: TimeAmount? = nil
     ) async throws(ProviderError) -> Reply {
-        var request = HTTPClientRequest(url: url)
-        request.method = method
-        request.headers = headers
-        request.headers.add(name: "Accept", value: "application/json")
-        if let body { request.body = .bytes(ByteBuffer(bytes: body)) }
+        var outgoing = HTTPClientRequest(url: url)
+        outgoing.method = method
+        outgoing.headers = headers
+        outgoing.headers.add(name: "Accept", value: "application/json")
+        if let body { outgoing.body = .bytes(ByteBuffer(bytes: body)) }
+        let request = outgoing
+        let timeout = timeout ?? self.configuration.timeout
+        let deadline = NIODeadline.now() + timeout
+        let (http, limit) = (self.http, self.configuration.maximumBodyBytes)
+        let reply: Reply
         do {
-            let response = try await self.http.execute(request, timeout: timeout ?? self.configuration.timeout, logger: nil)
-            var buffer = try await response.body.collect(upTo: self.configuration.maximumBodyBytes)
-            let bytes = buffer.readBytes(length: buffer.readableBytes) ?? []
-            buffer.withUnsafeMutableReadableBytes { secureZero($0) }
-            let retryAfter = response.headers.first(name: "Retry-After").flatMap { Int($0) }
-            return Reply(status: response.status.code, body: bytes, retryAfter: retryAfter)
+            reply = try await withThrowingTaskGroup(of: Reply?.self) { group in
+                group.addTask {
+                    let response = try await http.execute(request, deadline: deadline, logger: nil)
+                    if (300..<400).contains(response.status.code) {
+                        // Nothing of a redirect's body is read; its Location is kept for the error.
+                        return Reply(status: response.status.code, body: Array(response.headers.first(name: "Location")?.utf8 ?? "".utf8))
+                    }
+                    var buffer = try await response.body.collect(upTo: limit)
+                    let bytes = buffer.readBytes(length: buffer.readableBytes) ?? []
+                    buffer.withUnsafeMutableReadableBytes { secureZero($0) }
+                    return Reply(
+                        status: response.status.code,
+                        body: bytes,
+                        retryAfter: IssuerNumber.retryAfter(response.headers.first(name: "Retry-After")),
+                        maxAge: IssuerNumber.maxAge(response.headers[canonicalForm: "Cache-Control"])
+                    )
+                }
+                group.addTask {
+                    try await Task.sleep(nanoseconds: UInt64(max(0, timeout.nanoseconds)))
+                    return nil
+                }
+                defer { group.cancelAll() }
+                guard let first = try await group.next(), let reply = first else { throw HTTPClientError.deadlineExceeded }
+                return reply
+            }
         } catch is NIOTooManyBytesError {
             self.logger.debug("issuer answer over the limit", metadata: ["url": "\(Self.redacted(url))"])
             throw .unavailable(
                 reason: "the issuer's answer is over the \(self.configuration.maximumBodyBytes >> 10) KiB limit",
                 retryAfterSeconds: nil
             )
+        } catch let error as HTTPClientError where error == .deadlineExceeded {
+            self.logger.debug("issuer too slow", metadata: ["url": "\(Self.redacted(url))"])
+            throw .unavailable(reason: "the issuer did not answer within \(timeout.nanoseconds / 1_000_000_000) s", retryAfterSeconds: nil)
         } catch {
             // The error's text may quote a body or a URL with a token: name its type only.
             self.logger.debug("issuer unreachable", metadata: ["url": "\(Self.redacted(url))", "error": "\(type(of: error))"])
             throw .unavailable(reason: "the issuer could not be reached (\(type(of: error)))", retryAfterSeconds: nil)
         }
+        if (300..<400).contains(reply.status) {
+            let location = Self.redacted(String(decoding: reply.body, as: UTF8.self))
+            self.logger.warning("issuer redirected; not followed", metadata: ["url": "\(Self.redacted(url))", "status": "\(reply.status)"])
+            throw .untrusted(
+                reason: "the issuer redirected (HTTP \(reply.status) to \(TokenResponseParser.clean(location))); tokenvault follows no redirect"
+            )
+        }
+        return reply
     }
 
-    private static func redacted(_ url: String) -> String {
-        url.split(separator: "?", maxSplits: 1).first.map(String.init) ?? url
+    /// `url` without its query or fragment, which may carry a token.
+    static func redacted(_ url: String) -> String {
+        String(url.prefix { $0 != "?" && $0 != "#" })
     }
 
     /// https, or http on loopback only (RFC 8252 §8.3).

@@ -23,6 +23,39 @@ public struct DeviceAuthorization: Sendable {
     public var interval: Int
 }
 
+extension DeviceAuthorization {
+    /// Reads a device authorization answer (RFC 8628 §3.2), numbers bounded (IssuerNumber).
+    static func parse(status: UInt, body: [UInt8], retryAfter: Int?) throws(ProviderError) -> DeviceAuthorization {
+        guard status == 200 else {
+            if status == 429 || status >= 500 {
+                throw .unavailable(reason: "device authorization answered HTTP \(status)", retryAfterSeconds: retryAfter)
+            }
+            let failure = try? JSONDecoder().decode(JSONValue.self, from: Data(body))
+            let error = failure?["error"]?.stringValue.map(TokenResponseParser.clean) ?? "http_\(status)"
+            throw .rejected(error: error, description: failure?["error_description"]?.stringValue.map(TokenResponseParser.clean))
+        }
+        guard let document = try? JSONDecoder().decode(JSONValue.self, from: Data(body)),
+            let deviceCode = document["device_code"]?.stringValue,
+            let userCode = document["user_code"]?.stringValue,
+            let verificationURI = (document["verification_uri"] ?? document["verification_url"])?.stringValue
+        else {
+            throw .unavailable(reason: "the device authorization answer is not valid", retryAfterSeconds: nil)
+        }
+        do {
+            return DeviceAuthorization(
+                deviceCode: try SecretBytes(utf8: deviceCode),
+                userCode: TokenResponseParser.clean(userCode),
+                verificationURI: verificationURI,
+                verificationURIComplete: document["verification_uri_complete"]?.stringValue,
+                expiresIn: IssuerNumber.bounded(document["expires_in"], IssuerNumber.lifetimes) ?? 1800,
+                interval: IssuerNumber.bounded(document["interval"], IssuerNumber.intervals) ?? 5
+            )
+        } catch {
+            throw .unavailable(reason: "out of guarded memory", retryAfterSeconds: nil)
+        }
+    }
+}
+
 extension OIDCClient {
     // MARK: Authorization code + PKCE
 
@@ -115,33 +148,7 @@ extension OIDCClient {
         }
         let (body, headers) = self.authenticated([("scope", scope)], client: client, metadata: metadata)
         let reply = try await self.send(url: endpoint, method: .POST, headers: headers, body: body)
-        guard reply.status == 200 else {
-            if reply.status == 429 || reply.status >= 500 {
-                throw .unavailable(reason: "device authorization answered HTTP \(reply.status)", retryAfterSeconds: reply.retryAfter)
-            }
-            let failure = try? JSONDecoder().decode(JSONValue.self, from: Data(reply.body))
-            let error = failure?["error"]?.stringValue.map(TokenResponseParser.clean) ?? "http_\(reply.status)"
-            throw .rejected(error: error, description: failure?["error_description"]?.stringValue.map(TokenResponseParser.clean))
-        }
-        guard let document = try? JSONDecoder().decode(JSONValue.self, from: Data(reply.body)),
-            let deviceCode = document["device_code"]?.stringValue,
-            let userCode = document["user_code"]?.stringValue,
-            let verificationURI = (document["verification_uri"] ?? document["verification_url"])?.stringValue
-        else {
-            throw .unavailable(reason: "the device authorization answer is not valid", retryAfterSeconds: nil)
-        }
-        do {
-            return DeviceAuthorization(
-                deviceCode: try SecretBytes(utf8: deviceCode),
-                userCode: TokenResponseParser.clean(userCode),
-                verificationURI: verificationURI,
-                verificationURIComplete: document["verification_uri_complete"]?.stringValue,
-                expiresIn: document["expires_in"]?.intValue ?? 1800,
-                interval: max(1, document["interval"]?.intValue ?? 5)
-            )
-        } catch {
-            throw .unavailable(reason: "out of guarded memory", retryAfterSeconds: nil)
-        }
+        return try DeviceAuthorization.parse(status: reply.status, body: reply.body, retryAfter: reply.retryAfter)
     }
 
     /// One poll of the token endpoint for a device code (RFC 8628 §3.4).
@@ -177,13 +184,9 @@ enum Base64URL {
 }
 
 extension JSONValue {
-    /// A number, or a number written as a string (seen in the wild for `expires_in`).
+    /// A number, or a number written as a string, within ±10¹² (error codes).
     var intValue: Int? {
-        switch self {
-        case .number(let value) where value.isFinite && abs(value) < 1e12: Int(value)
-        case .string(let text): Int(text)
-        default: nil
-        }
+        IssuerNumber.bounded(self, -1_000_000_000_000...1_000_000_000_000)
     }
 }
 
@@ -219,8 +222,10 @@ extension OIDCClient {
             guard reply.status == 200 else { return (.failed, "the revocation endpoint answered HTTP \(reply.status)") }
             return (.yes, nil)
         } catch {
-            if case .unavailable(let reason, _) = error { return (.failed, reason) }
-            return (.failed, "\(error)")
+            switch error {
+            case .unavailable(let reason, _), .untrusted(let reason): return (.failed, reason)
+            default: return (.failed, "\(error)")
+            }
         }
     }
 

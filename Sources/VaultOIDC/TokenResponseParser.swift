@@ -1,5 +1,6 @@
 import FoundationEssentials
 import VaultCrypto
+import VaultProtocol
 
 /// Reads token-endpoint answers as they come in the wild: `bearer` in any
 /// case, `expires_in` as a number or a string or missing, extra fields, and
@@ -26,11 +27,8 @@ enum TokenResponseParser {
             let c = try decoder.container(keyedBy: CodingKeys.self)
             self.accessToken = try c.decode(String.self, forKey: .accessToken)
             self.tokenType = try? c.decodeIfPresent(String.self, forKey: .tokenType)
-            if let number = try? c.decodeIfPresent(Int.self, forKey: .expiresIn) {
-                self.expiresIn = number
-            } else if let text = try? c.decodeIfPresent(String.self, forKey: .expiresIn) {
-                self.expiresIn = Int(text)
-            }
+            // Bounded here (IssuerNumber): a number or a string, at most ten years.
+            self.expiresIn = IssuerNumber.bounded(try? c.decodeIfPresent(JSONValue.self, forKey: .expiresIn), IssuerNumber.lifetimes)
             self.refreshToken = try? c.decodeIfPresent(String.self, forKey: .refreshToken)
             self.idToken = try? c.decodeIfPresent(String.self, forKey: .idToken)
             self.scope = try? c.decodeIfPresent(String.self, forKey: .scope)
@@ -61,6 +59,7 @@ enum TokenResponseParser {
                 return TokenResponse(
                     accessToken: try SecretBytes(utf8: success.accessToken),
                     tokenType: "Bearer",
+                    // 0 (or a negative lifetime, read as 0) counts as not said, as no issuer means it.
                     expiresIn: success.expiresIn.flatMap { $0 > 0 ? $0 : nil },
                     refreshToken: try success.refreshToken.map { try SecretBytes(utf8: $0) },
                     idToken: try success.idToken.map { try SecretBytes(utf8: $0) },

@@ -6,6 +6,8 @@
 enum JSONValue: Sendable {
     case string(String)
     case int(Int)
+    /// JSON text written as it is (an absurd number, say).
+    case raw(String)
     case bool(Bool)
     case array([JSONValue])
     case object([(String, JSONValue)])
@@ -27,6 +29,8 @@ enum JSONValue: Sendable {
             JSONValue.writeString(s, into: &out)
         case .int(let i):
             out += String(i)
+        case .raw(let text):
+            out += text
         case .bool(let b):
             out += b ? "true" : "false"
         case .null:

@@ -78,6 +78,8 @@ enum IssuerAction: Sendable {
     case sign(PendingTokenResponse)
     /// The request was parked behind the gate; the release closure will run it.
     case held
+    /// Write the head of this reply at once, then its body a byte every so many milliseconds.
+    case trickle(IssuerReply, everyMilliseconds: Int)
     /// Never answer.
     case hang
     /// Drop the connection without answering.
@@ -133,6 +135,15 @@ struct IssuerState: Sendable {
     var idTokenAudienceOverride: String?
     var signWithUnknownKey = false
     var behaviour: TokenBehaviour = .normal
+    /// Per-path answers that replace the normal one (``EndpointFault``).
+    var faults: [String: EndpointFault] = [:]
+    /// JSON text sent as every token answer's `expires_in`, instead of the lifetime.
+    var expiresInOverride: String?
+    /// The `Cache-Control` header of `/jwks` answers.
+    var jwksCacheControl: String?
+    /// Requests received, and request body bytes received, by path.
+    var requestsByPath: [String: Int] = [:]
+    var bodyBytesByPath: [String: Int] = [:]
 
     var signingKey: SigningKey
     let unknownKey: SigningKey
@@ -196,6 +207,21 @@ final class IssuerCore: Sendable {
     /// Decides what to do with `request`. `makeRelease` is only called (under the state lock)
     /// when the request is parked behind the gate; the closure it returns must answer the request.
     func handle(_ request: IssuerRequest, makeRelease: () -> @Sendable () -> Void) -> IssuerAction {
+        let fault = state.withLock { s in
+            s.requestsByPath[request.path, default: 0] += 1
+            s.bodyBytesByPath[request.path, default: 0] += request.body.count
+            return s.faults[request.path]
+        }
+        switch fault {
+        case .answer(let status, let headers, let body)?:
+            var reply = IssuerReply.raw(HTTPResponseStatus(statusCode: status), body: body, headers: IssuerReply.noStore)
+            reply.headers += headers.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
+            return .reply(reply)
+        case .trickle(let body, let milliseconds)?:
+            return .trickle(.raw(.ok, body: body, headers: IssuerReply.noStore), everyMilliseconds: milliseconds)
+        case nil:
+            break
+        }
         switch request.path {
         case "/.well-known/openid-configuration":
             guard request.method == .GET else { return .reply(Self.methodNotAllowed("GET")) }
@@ -266,9 +292,9 @@ final class IssuerCore: Sendable {
     }
 
     func jwks() -> IssuerReply {
-        let key = state.withLock { s in
+        let (key, cacheControl) = state.withLock { s in
             s.jwksFetchCount += 1
-            return s.signingKey
+            return (s.signingKey, s.jwksCacheControl)
         }
         var keys: [JSONValue] = []
         if let parameters = key.key.publicKey.parameters {
@@ -284,7 +310,7 @@ final class IssuerCore: Sendable {
                 ])
             )
         }
-        return .json(.ok, .object([("keys", .array(keys))]))
+        return .json(.ok, .object([("keys", .array(keys))]), headers: cacheControl.map { [("Cache-Control", $0)] } ?? [])
     }
 
     // MARK: Token endpoint
@@ -514,7 +540,7 @@ final class IssuerCore: Sendable {
                 ("access_token", .string(accessToken)),
                 ("token_type", .string(s.tokenTypeSpelling)),
             ]
-            if s.includeExpiresIn { fields.append(("expires_in", .int(lifetime))) }
+            if s.includeExpiresIn { fields.append(("expires_in", s.expiresInOverride.map { .raw($0) } ?? .int(lifetime))) }
             if s.rotateRefreshTokens {
                 s.refreshTokens[presented]?.status = .rotated
                 let next = RandomToken.make(prefix: "rt-")

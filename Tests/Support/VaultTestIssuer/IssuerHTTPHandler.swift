@@ -99,6 +99,8 @@ final class IssuerHTTPHandler: ChannelInboundHandler {
             }
         case .sign(let pending):
             self.renderAndWrite(pending, keepAlive: request.keepAlive, context: context)
+        case .trickle(let reply, let milliseconds):
+            self.trickle(reply, every: .milliseconds(Int64(max(1, milliseconds))), context: context)
         case .held, .hang:
             break
         case .reset:
@@ -150,6 +152,29 @@ final class IssuerHTTPHandler: ChannelInboundHandler {
             let channel = context.channel
             done.whenComplete { _ in channel.close(promise: nil) }
         }
+    }
+
+    /// The head at once, then the body a byte at a time; the connection closes after.
+    private func trickle(_ reply: IssuerReply, every interval: TimeAmount, context: ChannelHandlerContext) {
+        var headers = HTTPHeaders()
+        for (name, value) in reply.headers { headers.add(name: name, value: value) }
+        headers.replaceOrAdd(name: "Content-Length", value: String(reply.body.count))
+        headers.replaceOrAdd(name: "Connection", value: "close")
+        context.writeAndFlush(Self.wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: reply.status, headers: headers))), promise: nil)
+        let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
+        func send(from index: Int) {
+            let context = bound.value
+            guard context.channel.isActive else { return }
+            guard index < reply.body.count else {
+                context.writeAndFlush(Self.wrapOutboundOut(.end(nil))).whenComplete { _ in bound.value.close(promise: nil) }
+                return
+            }
+            var buffer = context.channel.allocator.buffer(capacity: 1)
+            buffer.writeInteger(reply.body[index])
+            context.writeAndFlush(Self.wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
+            context.eventLoop.assumeIsolated().scheduleTask(in: interval) { send(from: index + 1) }
+        }
+        send(from: 0)
     }
 
     /// Closes `channel` without answering, with SO_LINGER 0 so the peer sees an RST where supported.

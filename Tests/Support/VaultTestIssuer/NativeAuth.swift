@@ -507,7 +507,7 @@ extension IssuerState {
             ("scope", .string(scopes.joined(separator: " "))),
         ]
         if includeExpiresIn {
-            fields += [("expires_in", .int(lifetime)), ("ext_expires_in", .int(lifetime))]
+            fields += [("expires_in", expiresInOverride.map { .raw($0) } ?? .int(lifetime)), ("ext_expires_in", .int(lifetime))]
         }
         fields.append(("access_token", .string(accessToken)))
         if scopes.contains("offline_access") {

@@ -237,6 +237,38 @@ public final class TestIssuer: Sendable {
         core.state.withLock { $0.signingKey = key }
     }
 
+    // MARK: Faults on any path
+
+    /// What `path` (e.g. `/oauth2/v2.0/token`, `/revoke`, `/jwks`) answers from now on
+    /// instead of its normal answer; nil restores it.
+    public func setFault(_ fault: EndpointFault?, at path: String) {
+        core.state.withLock { $0.faults[path] = fault }
+    }
+
+    /// Requests received at `path`, whatever was answered.
+    public func requestCount(at path: String) -> Int {
+        core.state.withLock { $0.requestsByPath[path] ?? 0 }
+    }
+
+    /// Request body bytes received at `path`.
+    public func bodyBytesReceived(at path: String) -> Int {
+        core.state.withLock { $0.bodyBytesByPath[path] ?? 0 }
+    }
+
+    /// JSON text (`"1e300"`, `"-5"`, `"\"NaN\""`) sent as `expires_in` in token answers
+    /// from now on; nil sends the lifetime again.
+    public func setExpiresInOverride(_ rawJSON: String?) {
+        core.state.withLock { $0.expiresInOverride = rawJSON }
+    }
+
+    /// The `Cache-Control` header of `/jwks` answers from now on; nil sends none.
+    public func setJWKSCacheControl(_ value: String?) {
+        core.state.withLock { $0.jwksCacheControl = value }
+    }
+
+    /// The path of the token endpoint that discovery names.
+    public static let tokenPath = "/oauth2/v2.0/token"
+
     // MARK: Entra native authentication
 
     /// The tenant id sent as `client_info.utid` by the native-auth token endpoint.

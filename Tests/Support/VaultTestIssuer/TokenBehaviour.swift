@@ -30,3 +30,18 @@ public enum TokenBehaviour: Sendable, Equatable {
     /// Hold every token request until ``TestIssuer/openGate()``, then answer them normally.
     case gate
 }
+
+/// What any one path answers instead of its normal answer, set with
+/// ``TestIssuer/setFault(_:at:)``; it stays until cleared. The request is
+/// still counted (``TestIssuer/requestCount(at:)``) but changes no state.
+public enum EndpointFault: Sendable {
+    /// This status, these headers and this raw body.
+    case answer(status: Int, headers: [String: String] = [:], body: String)
+    /// `200` with this body, its head at once and then one byte every `everyMilliseconds`.
+    case trickle(body: String, everyMilliseconds: Int)
+
+    /// A redirect to `location` (a 307 or 308 keeps the method and body).
+    public static func redirect(_ status: Int = 307, to location: String) -> EndpointFault {
+        .answer(status: status, headers: ["Location": location], body: "")
+    }
+}
