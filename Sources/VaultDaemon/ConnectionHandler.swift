@@ -48,7 +48,7 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
             context.close(promise: nil)
             return
         }
-        self.logger.debug("connection opened", metadata: ["exe": "\(self.peer.executable ?? "?")"])
+        self.logger.debug("connection opened", metadata: self.peer.auditMetadata)
         context.fireChannelActive()
     }
 

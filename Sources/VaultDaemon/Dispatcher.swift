@@ -122,7 +122,7 @@ public struct Dispatcher: Sendable {
     /// One line per access token handed out: which account, to which
     /// program; never the token.
     private func audit(_ account: String, _ peer: Peer) {
-        self.logger.info("token released", metadata: ["account": "\(account)", "exe": "\(peer.executable ?? "?")", "pid": "\(peer.pid)"])
+        self.logger.info("token released", metadata: peer.auditMetadata.merging(["account": "\(account)"]) { $1 })
     }
 
     private func later(

@@ -114,12 +114,18 @@ public final class SocketServer: Sendable {
             level: SocketOptionLevel(SOL_SOCKET),
             name: SocketOptionName(SO_PEERCRED)
         )
-        return credentials.flatMapThrowing { credentials in
+        // The pidfd tells whether the peer's PID still names it once /proc is read.
+        let pidfd: EventLoopFuture<CInt?> = provider.unsafeGetSocketOption(
+            level: SocketOptionLevel(SOL_SOCKET),
+            name: SocketOptionName(VAULT_SO_PEERPIDFD)
+        ).map { Optional($0) }.recover { _ in nil }
+        return credentials.and(pidfd).flatMapThrowing { credentials, pidfd in
+            defer { if let pidfd { Glibc.close(pidfd) } }
             guard credentials.uid == owner else {
                 logger.warning("peer of another user refused", metadata: ["uid": "\(credentials.uid)", "pid": "\(credentials.pid)"])
                 throw ServerError("peer refused")
             }
-            let peer = Peer(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid)
+            let peer = Peer.identify(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid, pidfd: pidfd)
             let admitted = connections.admit(limit: configuration.maximumConnections)
             let handler = ConnectionHandler(
                 peer: peer,
