@@ -1,6 +1,5 @@
 public import Logging
 public import NIOCore
-import NIOExtras
 public import NIOPosix
 import Glibc
 import CVaultSystem
@@ -21,6 +20,9 @@ public final class SocketServer: Sendable {
         /// A connection that sends no whole line for this long, and has no
         /// request in flight and no subscription, is closed.
         public var idleTimeout: TimeAmount = .minutes(10)
+        /// Bytes read and not yet decoded, across all connections, past which
+        /// a connection that does not read its replies is closed.
+        public var maximumHeldBytes = 32 << 20
         /// A listening socket handed over by systemd (socket activation);
         /// then `path` only names it, and systemd owns the file.
         public var inherited: CInt?
@@ -42,11 +44,20 @@ public final class SocketServer: Sendable {
         logger: Logger
     ) async throws -> SocketServer {
         if configuration.inherited == nil { try SocketPreparation.prepare(configuration.path) }
-        let connections = ConnectionCount()
+        let connections = ConnectionCount(maximumHeldBytes: configuration.maximumHeldBytes)
         let owner = getuid()
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
             .childChannelOption(.allowRemoteHalfClosure, value: false)
+            // One read of at most 4 KiB per wake-up: the lines of one burst
+            // are all the handler answers for a connection before the event
+            // loop turns to the others, so a flood of pipelined requests on
+            // many connections does not keep a new client waiting.
+            .childChannelOption(.maxMessagesPerRead, value: 1)
+            .childChannelOption(
+                .recvAllocator,
+                value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 2048, maximum: ConnectionHandler.readBytes)
+            )
             .childChannelInitializer { channel in
                 Self.accept(
                     channel,
@@ -132,16 +143,10 @@ public final class SocketServer: Sendable {
                 dispatcher: dispatcher,
                 admitted: admitted,
                 connections: connections,
+                idleTimeout: configuration.idleTimeout,
                 logger: logger
             )
-            let sync = channel.pipeline.syncOperations
-            try sync.addHandler(
-                ByteToMessageHandler(LineBasedFrameDecoder(), maximumBufferSize: TokenVault.maximumLineBytes + 1)
-            )
-            // After the decoder, so only whole lines count as activity: a
-            // client that trickles a byte at a time is still idle.
-            try sync.addHandler(IdleStateHandler(readTimeout: configuration.idleTimeout))
-            try sync.addHandler(handler)
+            try channel.pipeline.syncOperations.addHandler(handler)
         }.flatMapErrorThrowing { error in
             // NIO leaves a channel whose initializer failed open: close it, or
             // the refused client hangs.
@@ -162,7 +167,20 @@ public struct ServerError: Error, CustomStringConvertible {
 final class ConnectionCount: Sendable {
     private let count = Atomic<Int>(0)
     private let requests = Atomic<Int>(0)
+    private let held = Atomic<Int>(0)
     private let lastQuiet = Mutex<ContinuousClock.Instant>(.now)
+    let maximumHeldBytes: Int
+
+    init(maximumHeldBytes: Int) {
+        self.maximumHeldBytes = maximumHeldBytes
+    }
+
+    /// Bytes read and not yet decoded, by all connections.
+    var heldBytes: Int { self.held.load(ordering: .relaxed) }
+
+    func hold(_ delta: Int) {
+        self.held.wrappingAdd(delta, ordering: .relaxed)
+    }
 
     func admit(limit: Int) -> Bool {
         let now = self.count.wrappingAdd(1, ordering: .relaxed).newValue
