@@ -210,13 +210,14 @@ final class ConnectionCount: Sendable {
     }
 }
 
-/// One daemon per socket: refuse a live one, replace a stale one.
+/// One daemon per socket: refuse a live one, replace a stale one; and only
+/// in a folder that no other user can change.
 enum SocketPreparation {
     static func prepare(_ path: String) throws {
         guard path.utf8.count < 108 else {
             throw ServerError("the socket path \(path) is longer than the 107 bytes a Unix socket allows")
         }
-        try FileSystem.createDirectories(FileSystem.directory(of: path))
+        try Self.checkFolder(FileSystem.directory(of: path))
         var info = stat()
         guard lstat(path, &info) == 0 else { return }
         guard info.st_mode & S_IFMT == S_IFSOCK else {
@@ -226,6 +227,66 @@ enum SocketPreparation {
             throw ServerError("another vaultd is already listening on \(path)")
         }
         unlink(path)
+    }
+
+    /// Makes `folder` (0700) when it is missing, then checks it and every
+    /// folder above it, as OpenSSH's `safe_path` checks the folders of its key
+    /// files, all the way to `/`: each must be a folder, not a symbolic link
+    /// (none is followed), owned by the user (or root, for those above), and
+    /// not writable by group or others. A root-owned sticky folder above, such
+    /// as `/tmp`, passes: no one else can rename or remove what the user keeps
+    /// in it. Checked from the top down, so once a folder passes no other
+    /// user can change what the checks below it see.
+    static func checkFolder(_ folder: String) throws {
+        let absolute = folder.hasPrefix("/") ? folder : Self.currentDirectory() + "/" + folder
+        let components = absolute.split(separator: "/")
+        var path = ""
+        for index in -1..<components.count {
+            path += index < 0 ? "/" : (index == 0 ? "" : "/") + components[index]
+            var info = stat()
+            if lstat(path, &info) != 0 {
+                guard errno == ENOENT, mkdir(path, 0o700) == 0 || errno == EEXIST, lstat(path, &info) == 0 else {
+                    throw ServerError("cannot create the socket's folder \(path): \(String(cString: strerror(errno)))")
+                }
+            }
+            try Self.check(path, info, isSocketFolder: index == components.count - 1)
+        }
+    }
+
+    private static func check(_ path: String, _ info: stat, isSocketFolder: Bool) throws {
+        let me = getuid()
+        let mode = String(info.st_mode & 0o7777, radix: 8)
+        guard info.st_mode & S_IFMT != S_IFLNK else {
+            throw ServerError(
+                "\(path) is a symbolic link; vaultd follows none in the socket's path: give --socket the real folder"
+            )
+        }
+        guard info.st_mode & S_IFMT == S_IFDIR else {
+            throw ServerError("\(path) is not a folder; choose another --socket")
+        }
+        if isSocketFolder {
+            guard info.st_uid == me else {
+                throw ServerError(
+                    "the socket's folder \(path) belongs to uid \(info.st_uid), not to vaultd's user (uid \(me)); choose a folder of your own"
+                )
+            }
+        } else if info.st_uid != me && info.st_uid != 0 {
+            throw ServerError(
+                "\(path), above the socket, belongs to uid \(info.st_uid); every folder above the socket must be yours (uid \(me)) or root's"
+            )
+        }
+        let sharedButSticky = !isSocketFolder && info.st_uid == 0 && info.st_mode & S_ISVTX != 0
+        guard info.st_mode & 0o022 == 0 || sharedButSticky else {
+            throw ServerError(
+                "\(path) is writable by its group or others (mode \(mode)), so another user could replace the socket; run: chmod go-w \(path)"
+            )
+        }
+    }
+
+    private static func currentDirectory() -> String {
+        guard let raw = getcwd(nil, 0) else { return "." }
+        defer { free(raw) }
+        return String(cString: raw)
     }
 
     /// True when something accepts connections on `path`.
