@@ -30,7 +30,7 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// past which no more of its lines are decoded.
     static let maximumUnwritten = 8
     /// The most bytes taken from the socket at once.
-    static let readBytes = 4096
+    static let readBytes = 1024
 
     private let peer: Peer
     private let dispatcher: Dispatcher

@@ -49,14 +49,14 @@ public final class SocketServer: Sendable {
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
             .childChannelOption(.allowRemoteHalfClosure, value: false)
-            // One read of at most 4 KiB per wake-up: the lines of one burst
+            // One read of at most 1 KiB per wake-up: the lines of one burst
             // are all the handler answers for a connection before the event
             // loop turns to the others, so a flood of pipelined requests on
-            // many connections does not keep a new client waiting.
+            // many connections delays a new client by one short turn of each.
             .childChannelOption(.maxMessagesPerRead, value: 1)
             .childChannelOption(
                 .recvAllocator,
-                value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 2048, maximum: ConnectionHandler.readBytes)
+                value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: ConnectionHandler.readBytes, maximum: ConnectionHandler.readBytes)
             )
             .childChannelInitializer { channel in
                 Self.accept(
