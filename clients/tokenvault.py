@@ -10,7 +10,7 @@ The socket is `path`, else $TOKENVAULT_SOCKET, else
 $XDG_RUNTIME_DIR/tokenvault/vaultd.sock. `python3 tokenvault.py ACCOUNT`
 prints the bare token, or one `tokenvault.py: error: ...` line and exits 1.
 """
-import json, os, socket, sys
+import json, os, socket, struct, sys
 
 
 class VaultError(Exception):
@@ -30,7 +30,13 @@ def call(op, path=None, timeout=60, **fields):
     """Sends one request and returns the reply dict, or raises VaultError."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
-        sock.connect(socket_path(path))
+        path = socket_path(path)
+        sock.connect(path)
+        # Before a byte is sent: the server must run as this user, or whoever
+        # made a socket at this path would be sent what the request carries.
+        _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+        if uid != os.geteuid():
+            raise VaultError("forbidden", f"{path} is served by uid {uid}, not by you (uid {os.geteuid()}); nothing was sent to it")
         sock.sendall(json.dumps({**fields, "id": 1, "op": op}).encode() + b"\n")
         lines = sock.makefile("rb")
         while True:  # skip event lines (no "id"); id null means our line was refused

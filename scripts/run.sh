@@ -5,12 +5,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+if [ -z "${XDG_RUNTIME_DIR:-}" ]; then
+    # No session runtime folder: make a private one. Never one another user
+    # made first: mkdir without -p fails when it exists, and then it must be
+    # a real folder of ours, mode 0700.
+    XDG_RUNTIME_DIR="/tmp/tokenvault-$(id -u)"
+    mkdir -m 0700 "$XDG_RUNTIME_DIR" 2>/dev/null || true
+    if [ -L "$XDG_RUNTIME_DIR" ] || [ ! -d "$XDG_RUNTIME_DIR" ] ||
+        [ "$(stat -c '%u %a' "$XDG_RUNTIME_DIR")" != "$(id -u) 700" ]; then
+        echo "run.sh: $XDG_RUNTIME_DIR is not a folder of yours with mode 0700; remove it or set XDG_RUNTIME_DIR" >&2
+        exit 1
+    fi
+fi
+export XDG_RUNTIME_DIR
+
 scripts/install-deps.sh
 # A static Swift runtime halves vaultctl's start-up; it runs in every script.
 swift build -c release --static-swift-stdlib --product vaultd
 swift build -c release --static-swift-stdlib --product vaultctl
-: "${XDG_RUNTIME_DIR:=/tmp/tokenvault-$(id -u)}"
-export XDG_RUNTIME_DIR
-mkdir -p -m 0700 "$XDG_RUNTIME_DIR"
 echo "vaultd: socket at ${TOKENVAULT_SOCKET:-$XDG_RUNTIME_DIR/tokenvault/vaultd.sock}; try: $(swift build -c release --static-swift-stdlib --show-bin-path)/vaultctl status" >&2
 exec "$(swift build -c release --static-swift-stdlib --show-bin-path)/vaultd" "$@"

@@ -50,7 +50,31 @@ public final class VaultConnection {
                 throw VaultError(.unavailable, "cannot connect to \(path): \(String(cString: strerror(code)))")
             }
         }
+        do {
+            try Self.checkServer(fd, path: path)
+        } catch {
+            close(fd)
+            throw error
+        }
         self.fd = fd
+    }
+
+    /// Checks, before a byte is sent, that the server on `fd` runs as this
+    /// user (SO_PEERCRED): else whoever made a socket at `path` would be sent
+    /// passwords, codes and refresh tokens.
+    private static func checkServer(_ fd: Int32, path: String) throws(VaultError) {
+        var credentials: [UInt32] = [0, 0, 0]  // struct ucred: pid, uid, gid
+        var length = socklen_t(MemoryLayout<UInt32>.size * 3)
+        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 else {
+            throw VaultError(.unavailable, "cannot tell who serves \(path): \(Self.reason())")
+        }
+        let me = geteuid()
+        guard credentials[1] == me else {
+            throw VaultError(
+                .forbidden,
+                "\(path) is served by uid \(credentials[1]), not by you (uid \(me)); nothing was sent to it. Check who made it, or use another socket"
+            )
+        }
     }
 
     deinit {

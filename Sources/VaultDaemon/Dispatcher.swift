@@ -159,7 +159,7 @@ public struct Dispatcher: Sendable {
     /// One line per access token handed out: which account, to which
     /// program, through which share; never the token.
     private func audit(_ account: String, _ peer: Peer) {
-        var metadata: Logger.Metadata = ["account": "\(account)", "exe": "\(peer.executable ?? "?")", "pid": "\(peer.pid)"]
+        var metadata = peer.auditMetadata.merging(["account": "\(account)"]) { $1 }
         if let grant = self.grant { metadata["share"] = "\(grant.id)" }
         self.logger.info("token released", metadata: metadata)
     }

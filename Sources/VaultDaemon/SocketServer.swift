@@ -1,6 +1,5 @@
 public import Logging
 public import NIOCore
-import NIOExtras
 public import NIOPosix
 import Glibc
 import CVaultSystem
@@ -21,6 +20,9 @@ public final class SocketServer: Sendable {
         /// A connection that sends no whole line for this long, and has no
         /// request in flight and no subscription, is closed.
         public var idleTimeout: TimeAmount = .minutes(10)
+        /// Bytes read and not yet decoded, across all connections, past which
+        /// a connection that does not read its replies is closed.
+        public var maximumHeldBytes = 32 << 20
         /// A listening socket handed over by systemd (socket activation);
         /// then `path` only names it, and systemd owns the file.
         public var inherited: CInt?
@@ -42,12 +44,21 @@ public final class SocketServer: Sendable {
         logger: Logger
     ) async throws -> SocketServer {
         if configuration.inherited == nil { try SocketPreparation.prepare(configuration.path) }
-        let connections = ConnectionCount()
+        let connections = ConnectionCount(maximumHeldBytes: configuration.maximumHeldBytes)
         let open = OpenChannels()
         let owner = getuid()
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
             .childChannelOption(.allowRemoteHalfClosure, value: false)
+            // One read of at most 1 KiB per wake-up: the lines of one burst
+            // are all the handler answers for a connection before the event
+            // loop turns to the others, so a flood of pipelined requests on
+            // many connections delays a new client by one short turn of each.
+            .childChannelOption(.maxMessagesPerRead, value: 1)
+            .childChannelOption(
+                .recvAllocator,
+                value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: ConnectionHandler.readBytes, maximum: ConnectionHandler.readBytes)
+            )
             .childChannelInitializer { channel in
                 open.add(channel)
                 return Self.accept(
@@ -123,28 +134,28 @@ public final class SocketServer: Sendable {
             level: SocketOptionLevel(SOL_SOCKET),
             name: SocketOptionName(SO_PEERCRED)
         )
-        return credentials.flatMapThrowing { credentials in
+        // The pidfd tells whether the peer's PID still names it once /proc is read.
+        let pidfd: EventLoopFuture<CInt?> = provider.unsafeGetSocketOption(
+            level: SocketOptionLevel(SOL_SOCKET),
+            name: SocketOptionName(VAULT_SO_PEERPIDFD)
+        ).map { Optional($0) }.recover { _ in nil }
+        return credentials.and(pidfd).flatMapThrowing { credentials, pidfd in
+            defer { if let pidfd { Glibc.close(pidfd) } }
             guard credentials.uid == owner else {
                 logger.warning("peer of another user refused", metadata: ["uid": "\(credentials.uid)", "pid": "\(credentials.pid)"])
                 throw ServerError("peer refused")
             }
-            let peer = Peer(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid)
+            let peer = Peer.identify(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid, pidfd: pidfd)
             let admitted = connections.admit(limit: configuration.maximumConnections)
             let handler = ConnectionHandler(
                 peer: peer,
                 dispatcher: dispatcher,
                 admitted: admitted,
                 connections: connections,
+                idleTimeout: configuration.idleTimeout,
                 logger: logger
             )
-            let sync = channel.pipeline.syncOperations
-            try sync.addHandler(
-                ByteToMessageHandler(LineBasedFrameDecoder(), maximumBufferSize: TokenVault.maximumLineBytes + 1)
-            )
-            // After the decoder, so only whole lines count as activity: a
-            // client that trickles a byte at a time is still idle.
-            try sync.addHandler(IdleStateHandler(readTimeout: configuration.idleTimeout))
-            try sync.addHandler(handler)
+            try channel.pipeline.syncOperations.addHandler(handler)
         }.flatMapErrorThrowing { error in
             // NIO leaves a channel whose initializer failed open: close it, or
             // the refused client hangs.
@@ -180,7 +191,20 @@ final class OpenChannels: Sendable {
 final class ConnectionCount: Sendable {
     private let count = Atomic<Int>(0)
     private let requests = Atomic<Int>(0)
+    private let held = Atomic<Int>(0)
     private let lastQuiet = Mutex<ContinuousClock.Instant>(.now)
+    let maximumHeldBytes: Int
+
+    init(maximumHeldBytes: Int) {
+        self.maximumHeldBytes = maximumHeldBytes
+    }
+
+    /// Bytes read and not yet decoded, by all connections.
+    var heldBytes: Int { self.held.load(ordering: .relaxed) }
+
+    func hold(_ delta: Int) {
+        self.held.wrappingAdd(delta, ordering: .relaxed)
+    }
 
     func admit(limit: Int) -> Bool {
         let now = self.count.wrappingAdd(1, ordering: .relaxed).newValue
@@ -210,13 +234,14 @@ final class ConnectionCount: Sendable {
     }
 }
 
-/// One daemon per socket: refuse a live one, replace a stale one.
+/// One daemon per socket: refuse a live one, replace a stale one; and only
+/// in a folder that no other user can change.
 enum SocketPreparation {
     static func prepare(_ path: String) throws {
         guard path.utf8.count < 108 else {
             throw ServerError("the socket path \(path) is longer than the 107 bytes a Unix socket allows")
         }
-        try FileSystem.createDirectories(FileSystem.directory(of: path))
+        try Self.checkFolder(FileSystem.directory(of: path))
         var info = stat()
         guard lstat(path, &info) == 0 else { return }
         guard info.st_mode & S_IFMT == S_IFSOCK else {
@@ -226,6 +251,66 @@ enum SocketPreparation {
             throw ServerError("another vaultd is already listening on \(path)")
         }
         unlink(path)
+    }
+
+    /// Makes `folder` (0700) when it is missing, then checks it and every
+    /// folder above it, as OpenSSH's `safe_path` checks the folders of its key
+    /// files, all the way to `/`: each must be a folder, not a symbolic link
+    /// (none is followed), owned by the user (or root, for those above), and
+    /// not writable by group or others. A root-owned sticky folder above, such
+    /// as `/tmp`, passes: no one else can rename or remove what the user keeps
+    /// in it. Checked from the top down, so once a folder passes no other
+    /// user can change what the checks below it see.
+    static func checkFolder(_ folder: String) throws {
+        let absolute = folder.hasPrefix("/") ? folder : Self.currentDirectory() + "/" + folder
+        let components = absolute.split(separator: "/")
+        var path = ""
+        for index in -1..<components.count {
+            path += index < 0 ? "/" : (index == 0 ? "" : "/") + components[index]
+            var info = stat()
+            if lstat(path, &info) != 0 {
+                guard errno == ENOENT, mkdir(path, 0o700) == 0 || errno == EEXIST, lstat(path, &info) == 0 else {
+                    throw ServerError("cannot create the socket's folder \(path): \(String(cString: strerror(errno)))")
+                }
+            }
+            try Self.check(path, info, isSocketFolder: index == components.count - 1)
+        }
+    }
+
+    private static func check(_ path: String, _ info: stat, isSocketFolder: Bool) throws {
+        let me = getuid()
+        let mode = String(info.st_mode & 0o7777, radix: 8)
+        guard info.st_mode & S_IFMT != S_IFLNK else {
+            throw ServerError(
+                "\(path) is a symbolic link; vaultd follows none in the socket's path: give --socket the real folder"
+            )
+        }
+        guard info.st_mode & S_IFMT == S_IFDIR else {
+            throw ServerError("\(path) is not a folder; choose another --socket")
+        }
+        if isSocketFolder {
+            guard info.st_uid == me else {
+                throw ServerError(
+                    "the socket's folder \(path) belongs to uid \(info.st_uid), not to vaultd's user (uid \(me)); choose a folder of your own"
+                )
+            }
+        } else if info.st_uid != me && info.st_uid != 0 {
+            throw ServerError(
+                "\(path), above the socket, belongs to uid \(info.st_uid); every folder above the socket must be yours (uid \(me)) or root's"
+            )
+        }
+        let sharedButSticky = !isSocketFolder && info.st_uid == 0 && info.st_mode & S_ISVTX != 0
+        guard info.st_mode & 0o022 == 0 || sharedButSticky else {
+            throw ServerError(
+                "\(path) is writable by its group or others (mode \(mode)), so another user could replace the socket; run: chmod go-w \(path)"
+            )
+        }
+    }
+
+    private static func currentDirectory() -> String {
+        guard let raw = getcwd(nil, 0) else { return "." }
+        defer { free(raw) }
+        return String(cString: raw)
     }
 
     /// True when something accepts connections on `path`.

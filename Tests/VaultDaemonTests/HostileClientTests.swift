@@ -1,8 +1,10 @@
 import Foundation
 import Glibc
+import Logging
 import NIOCore
 import Testing
 import VaultCrypto
+import VaultDaemon
 import VaultProtocol
 import VaultTestIssuer
 
@@ -42,6 +44,92 @@ struct HostileClientTests {
         // Everyone else is still served at once.
         let other = try LineClient(path: vault.socketPath)
         #expect(await other.call(#"{"id":2,"op":"hello"}"#)?["ok"] as? Bool == true)
+    }
+
+    /// 200 connections pipelining requests and reading no reply: each one
+    /// costs vaultd a few unwritten replies and one read buffer, not an answer
+    /// to every line it read, and a new client is answered meanwhile.
+    @Test func manyClientsThatNeverReadCannotGrowTheDaemon() async throws {
+        let daemon = try DaemonProcess(folder: try temporaryFolder())
+        defer { Task { _ = await daemon.terminate() } }
+        #expect(await daemon.waitForLog("listening"))
+        let hello = #"{"id":1,"op":"hello"}"#
+        #expect(try await LineClient(path: daemon.socketPath).call(hello)?["ok"] as? Bool == true)
+        let idle = try #require(residentBytes(of: daemon.pid))
+        let clients = try (0..<200).map { _ in try LineClient(path: daemon.socketPath) }
+        let descriptors = clients.map(\.fd)
+        let pid = daemon.pid
+        let chunk = Array([[UInt8]](repeating: Array((hello + "\n").utf8), count: 4096).joined())
+        let stalled = await blocking { () -> Bool in
+            for fd in descriptors { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+            var sent = [Int](repeating: 0, count: descriptors.count)
+            var (queued, ticks) = (-1, -1)
+            let deadline = ContinuousClock.now + .seconds(45)
+            while ContinuousClock.now < deadline {
+                var progress = false
+                for (index, fd) in descriptors.enumerated() {
+                    while sent[index] < 8 << 20 {
+                        let n = chunk.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                        guard n > 0 else { break }
+                        sent[index] += n
+                        progress = true
+                    }
+                }
+                // Up to a second for vaultd to make room on any of them.
+                var entries = descriptors.map { pollfd(fd: $0, events: Int16(POLLOUT), revents: 0) }
+                _ = poll(&entries, nfds_t(entries.count), 1000)
+                // Stalled once, for that second, vaultd took no byte from any
+                // of them and did no work: it waits for them to read.
+                let now = descriptors.reduce(0) { total, fd in
+                    var unread: Int32 = 0
+                    _ = ioctl(fd, UInt(TIOCOUTQ), &unread)
+                    return total + Int(unread)
+                }
+                let worked = processorTicks(of: pid)
+                if !progress && now == queued && worked == ticks { return true }
+                (queued, ticks) = (now, worked)
+            }
+            return false
+        }
+        #expect(stalled, "vaultd kept reading from clients that read nothing")
+        let grown = try #require(residentBytes(of: daemon.pid)) - idle
+        #expect(grown < 64 << 20, "vaultd grew by \(grown >> 20) MiB for 200 clients that never read")
+        let fresh = try LineClient(path: daemon.socketPath, timeoutSeconds: 1)
+        #expect(await fresh.call(#"{"id":2,"op":"hello"}"#)?["ok"] as? Bool == true, "a new client is answered within a second")
+        withExtendedLifetime(clients) {}
+    }
+
+    /// Past the undecoded input all connections may leave vaultd holding, a
+    /// connection that does not read its replies is closed; others are served.
+    @Test func aStalledConnectionOverTheSharedBudgetIsClosed() async throws {
+        let vault = try await InProcessVault.start()
+        defer { Task { await vault.stop() } }
+        var configuration = SocketServer.Configuration(path: vault.folder + "/tight.sock")
+        configuration.maximumHeldBytes = 1
+        let logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+        let server = try await SocketServer.start(configuration, dispatcher: vault.dispatcher, logger: logger)
+        defer { Task { await server.close() } }
+        let slow = try LineClient(path: configuration.path)
+        let line = Array(#"{"id":1,"op":"hello"}"#.utf8) + [0x0A]
+        let chunk = Array([[UInt8]](repeating: line, count: 4096).joined())
+        let closed = await blocking { () -> Bool in
+            _ = fcntl(slow.fd, F_SETFL, fcntl(slow.fd, F_GETFL) | O_NONBLOCK)
+            var total = 0
+            while total < 64 << 20 {
+                let n = chunk.withUnsafeBytes { Glibc.send(slow.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                if n > 0 {
+                    total += n
+                } else if errno == EAGAIN {
+                    var entry = pollfd(fd: slow.fd, events: Int16(POLLOUT), revents: 0)
+                    if poll(&entry, 1, 5000) == 0 { return false }
+                } else {
+                    return errno == EPIPE || errno == ECONNRESET
+                }
+            }
+            return false
+        }
+        #expect(closed, "a connection holding input over the budget stayed open")
+        #expect(try await LineClient(path: configuration.path).call(#"{"id":2,"op":"hello"}"#)?["ok"] as? Bool == true)
     }
 
     /// Bytes that never make a line are not activity: a client trickling one
@@ -140,4 +228,22 @@ struct HostileClientTests {
         }
         #expect(issuer.refreshCount == 0)
     }
+}
+
+/// User and system time of `pid` so far, in clock ticks (/proc/PID/stat).
+func processorTicks(of pid: pid_t) -> Int {
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+        let close = stat.lastIndex(of: ")")
+    else { return -1 }
+    let fields = stat[stat.index(after: close)...].split(separator: " ")
+    return (Int(fields[11]) ?? 0) + (Int(fields[12]) ?? 0)
+}
+
+/// VmRSS of `pid`, from /proc/PID/status.
+func residentBytes(of pid: pid_t) -> Int? {
+    guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+        let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+        let kilobytes = Int(line.split(whereSeparator: { $0 == " " || $0 == "\t" })[1])
+    else { return nil }
+    return kilobytes << 10
 }

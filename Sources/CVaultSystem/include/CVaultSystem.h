@@ -11,6 +11,10 @@ typedef struct {
     uint32_t gid;
 } vault_peer_credentials;
 
+/// SO_PEERPIDFD (Linux 6.5+): a pidfd of the peer of a Unix socket, which
+/// this glibc's headers may not name yet.
+#define VAULT_SO_PEERPIDFD 77
+
 /// prctl(PR_SET_DUMPABLE, 0), as ssh-agent does: no core dumps, no ptrace by
 /// other processes of the same user. prctl is variadic, hence this shim.
 int vault_set_undumpable(void);
