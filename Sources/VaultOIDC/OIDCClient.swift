@@ -75,8 +75,11 @@ public actor OIDCClient {
 
     // MARK: Discovery
 
-    /// The issuer's metadata, from cache or `/.well-known/openid-configuration`.
-    /// The document's `issuer` must equal `issuer` exactly (OIDC Discovery §4.3).
+    /// The issuer's metadata, from cache or `/.well-known/openid-configuration`,
+    /// completed from `/.well-known/oauth-authorization-server` (RFC 8414)
+    /// where it names no revocation or device endpoint (within the
+    /// revocation timeout: that document is optional). Each
+    /// document's `issuer` must equal `issuer` exactly (OIDC Discovery §4.3, RFC 8414 §3.3).
     public func metadata(for issuer: String, now: Double) async throws(ProviderError) -> ProviderMetadata {
         if let cached = self.discovered[issuer], now - cached.fetchedAt < self.configuration.discoveryLifetime {
             return cached.metadata
@@ -87,7 +90,7 @@ public actor OIDCClient {
         guard reply.status == 200 else {
             throw .unavailable(reason: "discovery answered HTTP \(reply.status)", retryAfterSeconds: nil)
         }
-        let metadata: ProviderMetadata
+        var metadata: ProviderMetadata
         do {
             metadata = try JSONDecoder().decode(ProviderMetadata.self, from: Data(reply.body))
         } catch {
@@ -95,6 +98,19 @@ public actor OIDCClient {
         }
         guard metadata.issuer == issuer else {
             throw .untrusted(reason: "the discovery document names another issuer")
+        }
+        if metadata.lacksOAuthEndpoints {
+            // RFC 8414 metadata may name what OpenID discovery left out; it is
+            // optional, so an issuer without it (or with a wrong one) is fine.
+            for url in AuthorizationServerMetadata.urls(for: issuer) {
+                let other = try? await self.send(url: url, method: .GET, timeout: self.configuration.revocationTimeout)
+                guard let other, other.status == 200,
+                    let document = try? JSONDecoder().decode(AuthorizationServerMetadata.self, from: Data(other.body)),
+                    document.issuer == issuer
+                else { continue }
+                metadata.complete(from: document)
+                break
+            }
         }
         for endpoint in metadata.endpoints { try Self.requireSecure(endpoint) }
         self.discovered[issuer] = (metadata, now)

@@ -54,6 +54,26 @@ struct IssuerSafetyTests {
         #expect(thief.requestCount(at: "/steal") == 0)
     }
 
+    // MARK: OAuth metadata
+
+    /// Where OpenID discovery names no revocation endpoint, RFC 8414 metadata
+    /// may; it is used only when it names the same issuer.
+    @Test(arguments: [(nil, "yes"), ("https://evil.example", "unsupported")] as [(String?, String)])
+    func aRevocationEndpointFromOAuthMetadata(named: String?, revoked: String) async throws {
+        let issuer = try await TestIssuer.start()
+        let vault = try await InProcessVault.start()
+        defer { Task { await vault.stop(); await issuer.stop() } }
+        issuer.setRevocationOnlyInOAuthMetadata(true, issuer: named)
+        try await self.addAccount(vault, issuer)
+        _ = try await self.token(vault)
+        let client = try LineClient(path: vault.socketPath)
+        let out = try #require(await client.call(#"{"id":1,"op":"signout","account":"work"}"#))
+        let account = try #require((out["accounts"] as? [[String: Any]])?.first, "\(out)")
+        #expect(account["revoked"] as? String == revoked, "\(out)")
+        #expect(issuer.revocationCount == (revoked == "yes" ? 1 : 0))
+        #expect(issuer.requestCount(at: "/.well-known/oauth-authorization-server") == 1)
+    }
+
     // MARK: Numbers
 
     static let absurdLifetimes = [
