@@ -23,7 +23,7 @@ struct IssuerSafetyTests {
     func aRedirectIsNeverFollowed(path: String, status: Int) async throws {
         let issuer = try await TestIssuer.start()
         let thief = try await TestIssuer.start()
-        let vault = try await InProcessVault.start(issuerTimeout: .seconds(5))
+        let vault = try await InProcessVault.start()
         defer { Task { await vault.stop(); await issuer.stop(); await thief.stop() } }
         try await self.addAccount(vault, issuer)
         issuer.setFault(.redirect(status, to: thief.issuer + "/steal?keep=secret"), at: path)
@@ -41,7 +41,7 @@ struct IssuerSafetyTests {
     @Test func aRevocationIsNotRedirected() async throws {
         let issuer = try await TestIssuer.start()
         let thief = try await TestIssuer.start()
-        let vault = try await InProcessVault.start(issuerTimeout: .seconds(5))
+        let vault = try await InProcessVault.start()
         defer { Task { await vault.stop(); await issuer.stop(); await thief.stop() } }
         try await self.addAccount(vault, issuer)
         _ = try await self.token(vault)
