@@ -26,9 +26,11 @@ public actor OIDCClient {
         /// Allowed clock difference when checking `exp` and `iat`.
         public var leeway: Double = 60
         /// How long an issuer's signing keys are trusted when its JWKS
-        /// answer has no `Cache-Control: max-age`; a max-age is honoured up
-        /// to `maximumKeySetLifetime`.
+        /// answer has no `Cache-Control: max-age`; a max-age is honoured
+        /// within `minimumKeySetLifetime` … `maximumKeySetLifetime` (a
+        /// `no-cache` issuer would have them fetched for every ID token).
         public var keySetLifetime: Double = 3600
+        public var minimumKeySetLifetime: Double = 60
         public var maximumKeySetLifetime: Double = 86400
 
         public init() {}
@@ -259,7 +261,9 @@ public actor OIDCClient {
         guard reply.status == 200 else {
             throw .unavailable(reason: "the JWKS answered HTTP \(reply.status)", retryAfterSeconds: nil)
         }
-        let lifetime = reply.maxAge.map { min(Double($0), self.configuration.maximumKeySetLifetime) } ?? self.configuration.keySetLifetime
+        let lifetime = reply.maxAge.map {
+            min(max(Double($0), self.configuration.minimumKeySetLifetime), self.configuration.maximumKeySetLifetime)
+        } ?? self.configuration.keySetLifetime
         var keySet = KeySet(keys: JWTKeyCollection(), kids: [], expiresAt: now + lifetime)
         do {
             let jwks = try JSONDecoder().decode(JWKS.self, from: Data(reply.body))
@@ -283,6 +287,8 @@ public actor OIDCClient {
         var retryAfter: Int?
         /// `Cache-Control: max-age`, in seconds (bounded).
         var maxAge: Int?
+        /// A redirect's `Location`.
+        var location: String?
     }
 
     /// One exchange with the issuer. Its deadline covers everything, the
@@ -312,7 +318,7 @@ public actor OIDCClient {
                     let response = try await http.execute(request, deadline: deadline, logger: nil)
                     if (300..<400).contains(response.status.code) {
                         // Nothing of a redirect's body is read; its Location is kept for the error.
-                        return Reply(status: response.status.code, body: Array(response.headers.first(name: "Location")?.utf8 ?? "".utf8))
+                        return Reply(status: response.status.code, body: [], location: response.headers.first(name: "Location"))
                     }
                     var buffer = try await response.body.collect(upTo: limit)
                     let bytes = buffer.readBytes(length: buffer.readableBytes) ?? []
@@ -347,7 +353,7 @@ public actor OIDCClient {
             throw .unavailable(reason: "the issuer could not be reached (\(type(of: error)))", retryAfterSeconds: nil)
         }
         if (300..<400).contains(reply.status) {
-            let location = Self.redacted(String(decoding: reply.body, as: UTF8.self))
+            let location = Self.redacted(reply.location ?? "nowhere")
             self.logger.warning("issuer redirected; not followed", metadata: ["url": "\(Self.redacted(url))", "status": "\(reply.status)"])
             throw .untrusted(
                 reason: "the issuer redirected (HTTP \(reply.status) to \(TokenResponseParser.clean(location))); tokenvault follows no redirect"
