@@ -26,9 +26,11 @@ public actor OIDCClient {
         /// Allowed clock difference when checking `exp` and `iat`.
         public var leeway: Double = 60
         /// How long an issuer's signing keys are trusted when its JWKS
-        /// answer has no `Cache-Control: max-age`; a max-age is honoured up
-        /// to `maximumKeySetLifetime`.
+        /// answer has no `Cache-Control: max-age`; a max-age is honoured
+        /// within `minimumKeySetLifetime` … `maximumKeySetLifetime` (a
+        /// `no-cache` issuer would have them fetched for every ID token).
         public var keySetLifetime: Double = 3600
+        public var minimumKeySetLifetime: Double = 60
         public var maximumKeySetLifetime: Double = 86400
 
         public init() {}
@@ -75,8 +77,11 @@ public actor OIDCClient {
 
     // MARK: Discovery
 
-    /// The issuer's metadata, from cache or `/.well-known/openid-configuration`.
-    /// The document's `issuer` must equal `issuer` exactly (OIDC Discovery §4.3).
+    /// The issuer's metadata, from cache or `/.well-known/openid-configuration`,
+    /// completed from `/.well-known/oauth-authorization-server` (RFC 8414)
+    /// where it names no revocation or device endpoint (within the
+    /// revocation timeout: that document is optional). Each
+    /// document's `issuer` must equal `issuer` exactly (OIDC Discovery §4.3, RFC 8414 §3.3).
     public func metadata(for issuer: String, now: Double) async throws(ProviderError) -> ProviderMetadata {
         if let cached = self.discovered[issuer], now - cached.fetchedAt < self.configuration.discoveryLifetime {
             return cached.metadata
@@ -87,7 +92,7 @@ public actor OIDCClient {
         guard reply.status == 200 else {
             throw .unavailable(reason: "discovery answered HTTP \(reply.status)", retryAfterSeconds: nil)
         }
-        let metadata: ProviderMetadata
+        var metadata: ProviderMetadata
         do {
             metadata = try JSONDecoder().decode(ProviderMetadata.self, from: Data(reply.body))
         } catch {
@@ -95,6 +100,19 @@ public actor OIDCClient {
         }
         guard metadata.issuer == issuer else {
             throw .untrusted(reason: "the discovery document names another issuer")
+        }
+        if metadata.lacksOAuthEndpoints {
+            // RFC 8414 metadata may name what OpenID discovery left out; it is
+            // optional, so an issuer without it (or with a wrong one) is fine.
+            for url in AuthorizationServerMetadata.urls(for: issuer) {
+                let other = try? await self.send(url: url, method: .GET, timeout: self.configuration.revocationTimeout)
+                guard let other, other.status == 200,
+                    let document = try? JSONDecoder().decode(AuthorizationServerMetadata.self, from: Data(other.body)),
+                    document.issuer == issuer
+                else { continue }
+                metadata.complete(from: document)
+                break
+            }
         }
         for endpoint in metadata.endpoints { try Self.requireSecure(endpoint) }
         self.discovered[issuer] = (metadata, now)
@@ -243,7 +261,9 @@ public actor OIDCClient {
         guard reply.status == 200 else {
             throw .unavailable(reason: "the JWKS answered HTTP \(reply.status)", retryAfterSeconds: nil)
         }
-        let lifetime = reply.maxAge.map { min(Double($0), self.configuration.maximumKeySetLifetime) } ?? self.configuration.keySetLifetime
+        let lifetime = reply.maxAge.map {
+            min(max(Double($0), self.configuration.minimumKeySetLifetime), self.configuration.maximumKeySetLifetime)
+        } ?? self.configuration.keySetLifetime
         var keySet = KeySet(keys: JWTKeyCollection(), kids: [], expiresAt: now + lifetime)
         do {
             let jwks = try JSONDecoder().decode(JWKS.self, from: Data(reply.body))
@@ -267,6 +287,8 @@ public actor OIDCClient {
         var retryAfter: Int?
         /// `Cache-Control: max-age`, in seconds (bounded).
         var maxAge: Int?
+        /// A redirect's `Location`.
+        var location: String?
     }
 
     /// One exchange with the issuer. Its deadline covers everything, the
@@ -296,7 +318,7 @@ public actor OIDCClient {
                     let response = try await http.execute(request, deadline: deadline, logger: nil)
                     if (300..<400).contains(response.status.code) {
                         // Nothing of a redirect's body is read; its Location is kept for the error.
-                        return Reply(status: response.status.code, body: Array(response.headers.first(name: "Location")?.utf8 ?? "".utf8))
+                        return Reply(status: response.status.code, body: [], location: response.headers.first(name: "Location"))
                     }
                     var buffer = try await response.body.collect(upTo: limit)
                     let bytes = buffer.readBytes(length: buffer.readableBytes) ?? []
@@ -331,7 +353,7 @@ public actor OIDCClient {
             throw .unavailable(reason: "the issuer could not be reached (\(type(of: error)))", retryAfterSeconds: nil)
         }
         if (300..<400).contains(reply.status) {
-            let location = Self.redacted(String(decoding: reply.body, as: UTF8.self))
+            let location = Self.redacted(reply.location ?? "nowhere")
             self.logger.warning("issuer redirected; not followed", metadata: ["url": "\(Self.redacted(url))", "status": "\(reply.status)"])
             throw .untrusted(
                 reason: "the issuer redirected (HTTP \(reply.status) to \(TokenResponseParser.clean(location))); tokenvault follows no redirect"

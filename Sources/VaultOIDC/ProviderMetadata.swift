@@ -8,6 +8,7 @@ public struct ProviderMetadata: Hashable, Sendable, Codable {
     public var revocationEndpoint: String?
     public var endSessionEndpoint: String?
     public var deviceAuthorizationEndpoint: String?
+    public var introspectionEndpoint: String?
     public var tokenEndpointAuthMethodsSupported: [String]?
 
     public init(issuer: String, tokenEndpoint: String) {
@@ -24,6 +25,7 @@ public struct ProviderMetadata: Hashable, Sendable, Codable {
         case revocationEndpoint = "revocation_endpoint"
         case endSessionEndpoint = "end_session_endpoint"
         case deviceAuthorizationEndpoint = "device_authorization_endpoint"
+        case introspectionEndpoint = "introspection_endpoint"
         case tokenEndpointAuthMethodsSupported = "token_endpoint_auth_methods_supported"
     }
 
@@ -31,7 +33,48 @@ public struct ProviderMetadata: Hashable, Sendable, Codable {
     var endpoints: [String] {
         [self.tokenEndpoint] + [
             self.authorizationEndpoint, self.userinfoEndpoint, self.jwksURI, self.revocationEndpoint,
-            self.endSessionEndpoint, self.deviceAuthorizationEndpoint,
+            self.endSessionEndpoint, self.deviceAuthorizationEndpoint, self.introspectionEndpoint,
         ].compactMap { $0 }
+    }
+
+    /// Whether OpenID discovery left out an endpoint tokenvault uses that
+    /// OAuth 2.0 authorization server metadata (RFC 8414) may name.
+    var lacksOAuthEndpoints: Bool {
+        self.revocationEndpoint == nil || self.deviceAuthorizationEndpoint == nil
+    }
+
+    /// Fills those endpoints in from `other`, where this has none.
+    mutating func complete(from other: AuthorizationServerMetadata) {
+        self.revocationEndpoint = self.revocationEndpoint ?? other.revocationEndpoint
+        self.deviceAuthorizationEndpoint = self.deviceAuthorizationEndpoint ?? other.deviceAuthorizationEndpoint
+        self.introspectionEndpoint = self.introspectionEndpoint ?? other.introspectionEndpoint
+    }
+}
+
+/// What tokenvault reads of OAuth 2.0 authorization server metadata (RFC 8414 §2).
+struct AuthorizationServerMetadata: Decodable {
+    var issuer: String
+    var revocationEndpoint: String?
+    var deviceAuthorizationEndpoint: String?
+    var introspectionEndpoint: String?
+
+    enum CodingKeys: String, CodingKey {
+        case issuer
+        case revocationEndpoint = "revocation_endpoint"
+        case deviceAuthorizationEndpoint = "device_authorization_endpoint"
+        case introspectionEndpoint = "introspection_endpoint"
+    }
+
+    /// Where an issuer's metadata is (RFC 8414 §3.1): the well-known segment
+    /// inserted before the issuer's path, then, as OpenID discovery does it,
+    /// after it. One URL when the issuer has no path.
+    static func urls(for issuer: String) -> [String] {
+        let base = issuer.hasSuffix("/") ? String(issuer.dropLast()) : issuer
+        let wellKnown = "/.well-known/oauth-authorization-server"
+        let appended = base + wellKnown
+        guard let scheme = base.firstRange(of: "://") else { return [appended] }
+        let pathStart = base[scheme.upperBound...].firstIndex(of: "/") ?? base.endIndex
+        let inserted = String(base[..<pathStart]) + wellKnown + String(base[pathStart...])
+        return inserted == appended ? [appended] : [inserted, appended]
     }
 }

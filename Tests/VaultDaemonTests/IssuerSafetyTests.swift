@@ -23,7 +23,7 @@ struct IssuerSafetyTests {
     func aRedirectIsNeverFollowed(path: String, status: Int) async throws {
         let issuer = try await TestIssuer.start()
         let thief = try await TestIssuer.start()
-        let vault = try await InProcessVault.start(issuerTimeout: .seconds(5))
+        let vault = try await InProcessVault.start()
         defer { Task { await vault.stop(); await issuer.stop(); await thief.stop() } }
         try await self.addAccount(vault, issuer)
         issuer.setFault(.redirect(status, to: thief.issuer + "/steal?keep=secret"), at: path)
@@ -41,7 +41,7 @@ struct IssuerSafetyTests {
     @Test func aRevocationIsNotRedirected() async throws {
         let issuer = try await TestIssuer.start()
         let thief = try await TestIssuer.start()
-        let vault = try await InProcessVault.start(issuerTimeout: .seconds(5))
+        let vault = try await InProcessVault.start()
         defer { Task { await vault.stop(); await issuer.stop(); await thief.stop() } }
         try await self.addAccount(vault, issuer)
         _ = try await self.token(vault)
@@ -52,6 +52,26 @@ struct IssuerSafetyTests {
         #expect(account["revoked"] as? String == "failed", "\(out)")
         #expect((account["reason"] as? String)?.contains("HTTP 308") == true, "\(out)")
         #expect(thief.requestCount(at: "/steal") == 0)
+    }
+
+    // MARK: OAuth metadata
+
+    /// Where OpenID discovery names no revocation endpoint, RFC 8414 metadata
+    /// may; it is used only when it names the same issuer.
+    @Test(arguments: [(nil, "yes"), ("https://evil.example", "unsupported")] as [(String?, String)])
+    func aRevocationEndpointFromOAuthMetadata(named: String?, revoked: String) async throws {
+        let issuer = try await TestIssuer.start()
+        let vault = try await InProcessVault.start()
+        defer { Task { await vault.stop(); await issuer.stop() } }
+        issuer.setRevocationOnlyInOAuthMetadata(true, issuer: named)
+        try await self.addAccount(vault, issuer)
+        _ = try await self.token(vault)
+        let client = try LineClient(path: vault.socketPath)
+        let out = try #require(await client.call(#"{"id":1,"op":"signout","account":"work"}"#))
+        let account = try #require((out["accounts"] as? [[String: Any]])?.first, "\(out)")
+        #expect(account["revoked"] as? String == revoked, "\(out)")
+        #expect(issuer.revocationCount == (revoked == "yes" ? 1 : 0))
+        #expect(issuer.requestCount(at: "/.well-known/oauth-authorization-server") == 1)
     }
 
     // MARK: Numbers
@@ -217,9 +237,11 @@ struct IssuerSafetyTests {
 
     // MARK: Signing keys
 
-    /// Keys are kept no longer than the JWKS answer's max-age (an hour
+    /// Keys are kept no longer than the JWKS answer's max-age, a minute at least (an hour
     /// without one, a day at most): a key the issuer withdrew stops validating.
-    @Test(arguments: [(nil, 3600.0), ("public, max-age=100", 100.0), ("max-age=99999999999", 86400.0)] as [(String?, Double)])
+    @Test(arguments: [
+        (nil, 3600.0), ("public, max-age=100", 100.0), ("max-age=99999999999", 86400.0), ("no-store, no-cache", 60.0),
+    ] as [(String?, Double)])
     func aWithdrawnSigningKeyStopsValidating(cacheControl: String?, lifetime: Double) async throws {
         let issuer = try await TestIssuer.start(accessTokenLifetime: 200_000)
         defer { Task { await issuer.stop() } }

@@ -34,7 +34,7 @@ struct LoopbackListenerTests {
     }
 
     @Test func aRequestThatNeverEndsIsCutAtItsDeadline() async throws {
-        let (listener, port) = try await self.start(deadline: .milliseconds(300))
+        let (listener, port) = try await self.start(deadline: .seconds(2))
         defer { listener.close() }
         let slow = try HeldConnection(port: port, send: "GET /callback?sta")
         #expect(await IssuerSafetyTests.eventually { slow.isClosed })

@@ -132,6 +132,9 @@ struct IssuerState: Sendable {
     /// Discovery lies: names another issuer, or sends the token endpoint elsewhere.
     var discoveryIssuerOverride: String?
     var discoveryTokenEndpointOverride: String?
+    /// The revocation endpoint is named only by OAuth metadata (RFC 8414), which names this issuer.
+    var revocationOnlyInOAuthMetadata = false
+    var oauthMetadataIssuerOverride: String?
     var idTokenAudienceOverride: String?
     var signWithUnknownKey = false
     var behaviour: TokenBehaviour = .normal
@@ -226,6 +229,9 @@ final class IssuerCore: Sendable {
         case "/.well-known/openid-configuration":
             guard request.method == .GET else { return .reply(Self.methodNotAllowed("GET")) }
             return .reply(self.discovery())
+        case "/.well-known/oauth-authorization-server":
+            guard request.method == .GET else { return .reply(Self.methodNotAllowed("GET")) }
+            return .reply(self.oauthMetadata())
         case "/jwks":
             guard request.method == .GET else { return .reply(Self.methodNotAllowed("GET")) }
             return .reply(self.jwks())
@@ -255,9 +261,12 @@ final class IssuerCore: Sendable {
     // MARK: Discovery and keys
 
     func discovery() -> IssuerReply {
-        let (issuer, named, tokenEndpoint) = state.withLock { s in
+        let (issuer, named, tokenEndpoint, withRevocation) = state.withLock { s in
             s.discoveryFetchCount += 1
-            return (s.issuer, s.discoveryIssuerOverride ?? s.issuer, s.discoveryTokenEndpointOverride ?? s.issuer + "/oauth2/v2.0/token")
+            return (
+                s.issuer, s.discoveryIssuerOverride ?? s.issuer, s.discoveryTokenEndpointOverride ?? s.issuer + "/oauth2/v2.0/token",
+                !s.revocationOnlyInOAuthMetadata
+            )
         }
         let authMethods: JSONValue = .array([.string("client_secret_basic"), .string("client_secret_post"), .string("none")])
         let doc: JSONValue = .object([
@@ -266,7 +275,7 @@ final class IssuerCore: Sendable {
             ("token_endpoint", .string(tokenEndpoint)),
             ("userinfo_endpoint", .string(issuer + "/userinfo")),
             ("jwks_uri", .string(issuer + "/jwks")),
-            ("revocation_endpoint", .string(issuer + "/revoke")),
+            ("revocation_endpoint", withRevocation ? .string(issuer + "/revoke") : .null),
             ("end_session_endpoint", .string(issuer + "/logout")),
             ("device_authorization_endpoint", .string(issuer + "/device")),
             ("response_types_supported", .array([.string("code")])),
@@ -289,6 +298,21 @@ final class IssuerCore: Sendable {
             ("code_challenge_methods_supported", .array([.string("S256")])),
         ])
         return .json(.ok, doc)
+    }
+
+    /// RFC 8414 metadata, served only while the revocation endpoint is left out of discovery.
+    func oauthMetadata() -> IssuerReply {
+        let (issuer, named, served) = state.withLock { s in
+            (s.issuer, s.oauthMetadataIssuerOverride ?? s.issuer, s.revocationOnlyInOAuthMetadata)
+        }
+        guard served else { return .oauthError(.notFound, "not_found", "no such endpoint") }
+        return .json(
+            .ok,
+            .object([
+                ("issuer", .string(named)), ("token_endpoint", .string(issuer + "/oauth2/v2.0/token")),
+                ("revocation_endpoint", .string(issuer + "/revoke")),
+            ])
+        )
     }
 
     func jwks() -> IssuerReply {

@@ -231,6 +231,16 @@ public final class TestIssuer: Sendable {
         }
     }
 
+    /// Whether discovery leaves the revocation endpoint out (`null`), and
+    /// `/.well-known/oauth-authorization-server` (RFC 8414) names it instead,
+    /// under `issuer` (this issuer's own by default).
+    public func setRevocationOnlyInOAuthMetadata(_ on: Bool, issuer: String? = nil) {
+        core.state.withLock { s in
+            s.revocationOnlyInOAuthMetadata = on
+            s.oauthMetadataIssuerOverride = issuer
+        }
+    }
+
     /// Replaces the signing key with a new ES256 key and a new `kid`; `/jwks` serves only the new one.
     public func rotateSigningKey() {
         let key = SigningKey.generate(prefix: "key-")
