@@ -26,7 +26,9 @@ public final class VaultClient: Sendable {
         var closed: VaultError?
     }
 
-    /// Connects to `path`, else `TOKENVAULT_SOCKET`, else the XDG default.
+    /// Connects to `path`, else `TOKENVAULT_SOCKET`, else the XDG default;
+    /// fails with `forbidden`, having sent nothing, when the socket's server
+    /// runs as another user.
     public static func connect(path: String? = nil) async throws(VaultError) -> VaultClient {
         let connection = try VaultConnection(path: try TokenVault.socketPath(explicit: path))
         return VaultClient(fd: connection.detach())

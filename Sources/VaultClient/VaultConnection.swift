@@ -17,7 +17,8 @@ public final class VaultConnection {
     /// Replies longer than this are refused rather than buffered without bound.
     private static let maximumReplyBytes = 4 << 20
 
-    /// Connects to the socket at `path`; fails with a sentence saying what to do.
+    /// Connects to the socket at `path`; fails with a sentence saying what to
+    /// do, and with `forbidden` when its server runs as another user.
     public init(path: String) throws(VaultError) {
         self.path = path
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
