@@ -127,18 +127,18 @@ extension Broker {
         guard let account = self.accounts[name] else { throw Self.unknownAccount(name) }
         let configuration = account.configuration
         guard configuration.releaseRefreshToken else {
-            self.logger.notice("refresh token withheld", metadata: ["account": "\(name)", "exe": "\(peer.executable ?? "?")", "pid": "\(peer.pid)"])
+            self.logger.notice("refresh token withheld", metadata: peer.auditMetadata.merging(["account": "\(name)"]) { $1 })
             throw VaultError(.forbidden, "'\(name)' does not release its refresh token; its release_refresh_token is off")
         }
         guard !configuration.allowedClients.isEmpty, let exe = peer.executable, configuration.allowedClients.contains(exe) else {
-            self.logger.notice("refresh token withheld", metadata: ["account": "\(name)", "exe": "\(peer.executable ?? "?")", "pid": "\(peer.pid)"])
+            self.logger.notice("refresh token withheld", metadata: peer.auditMetadata.merging(["account": "\(name)"]) { $1 })
             throw VaultError(.forbidden, "'\(name)' releases its refresh token only to the programs in its allowed_clients")
         }
         try self.checkSignedIn(name)
         guard let refreshToken = self.accounts[name]?.secrets.refreshToken else {
             throw Self.notSignedIn(name)
         }
-        self.logger.notice("refresh token released", metadata: ["account": "\(name)", "exe": "\(exe)", "pid": "\(peer.pid)"])
+        self.logger.notice("refresh token released", metadata: peer.auditMetadata.merging(["account": "\(name)"]) { $1 })
         return RefreshTokenResult(refreshToken: refreshToken)
     }
 
