@@ -142,6 +142,9 @@ final class Harness: @unchecked Sendable {
         for line in Self.lines(of: input) {
             let request = LineCodec.request(from: line)
             Self.checkRoundTrip(request)
+            // Share operations are decoded, never run: they would bind sockets at fuzzed paths.
+            if case .success(.shareOpen) = request.command { continue }
+            if case .success(.shareClose) = request.command { continue }
             // A request refused by the codec, or `hello`, never reaches the broker.
             var needsVault = false
             if case .success(let command) = request.command {
@@ -320,7 +323,7 @@ final class Harness: @unchecked Sendable {
     static func mayChange(_ request: Request, _ response: Response) -> Bool {
         guard case .success(let command) = request.command else { return false }
         switch command {
-        case .hello, .status, .claims, .refreshToken, .subscribe, .migrate,
+        case .hello, .status, .claims, .refreshToken, .subscribe, .migrate, .shareOpen, .shareList, .shareClose,
             .signinSubmitCode, .signinResendCode, .signinSubmitPassword, .signinWait, .signinCancel:
             // Read only here: no flow can start, and `migrate` has nowhere to go.
             return false
