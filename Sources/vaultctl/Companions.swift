@@ -8,6 +8,7 @@ import VaultProtocol
 /// `vaultctl exec`: runs a program with an access token in its environment.
 struct Exec: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "exec",
         abstract: "Run a command with an access token in its environment.",
         discussion: """
             Gets an access token for ACCOUNT (refreshed when it lives less than --min-ttl more \

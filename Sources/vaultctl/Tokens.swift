@@ -6,6 +6,7 @@ import VaultProtocol
 
 struct Token: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "token",
         abstract: "Print an access token for an account, and nothing else.",
         discussion: "For scripts: curl -H \"Authorization: Bearer $(vaultctl token work)\" ..."
     )
@@ -49,6 +50,7 @@ struct Token: ParsableCommand {
 
 struct Import: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "import",
         abstract: "Add an account with a refresh token you already have.",
         discussion: """
             The refresh token is read from the terminal (no echo) or the first line of stdin, never \
@@ -76,7 +78,7 @@ struct Import: ParsableCommand {
 }
 
 struct Claims: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Show the claims of the account's validated ID token.")
+    static let configuration = CommandConfiguration(commandName: "claims", abstract: "Show the claims of the account's validated ID token.")
 
     @OptionGroup var connection: Connection
 
@@ -93,7 +95,7 @@ struct Claims: ParsableCommand {
 }
 
 struct Userinfo: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Fetch the issuer's userinfo for the account.")
+    static let configuration = CommandConfiguration(commandName: "userinfo", abstract: "Fetch the issuer's userinfo for the account.")
 
     @OptionGroup var connection: Connection
 

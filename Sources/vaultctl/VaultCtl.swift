@@ -112,7 +112,7 @@ enum Output {
 }
 
 struct Status: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Show the vault's state and its accounts.")
+    static let configuration = CommandConfiguration(commandName: "status", abstract: "Show the vault's state and its accounts.")
 
     @OptionGroup var connection: Connection
 
@@ -138,7 +138,7 @@ struct Status: ParsableCommand {
 }
 
 struct Lock: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Forget the vault's key until the next unlock.")
+    static let configuration = CommandConfiguration(commandName: "lock", abstract: "Forget the vault's key until the next unlock.")
 
     @OptionGroup var connection: Connection
 
@@ -153,6 +153,7 @@ struct Lock: ParsableCommand {
 
 struct Unlock: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "unlock",
         abstract: "Unlock the vault.",
         discussion: """
             A passphrase vault asks for its passphrase on the terminal, without echo, or reads \
