@@ -33,15 +33,39 @@ struct Token: ParsableCommand {
     }
 
     func run() throws {
+        try TokenJob(
+            socket: self.connection.socket,
+            json: self.connection.json,
+            account: self.account,
+            scopes: self.scopes,
+            minTTL: self.minTTL,
+            forceRefresh: self.forceRefresh,
+            header: self.header
+        ).run()
+    }
+}
+
+/// What `vaultctl token` does once its arguments are parsed, by
+/// ArgumentParser or by `QuickStart`.
+struct TokenJob {
+    var socket: String?
+    var json = false
+    var account: String
+    var scopes: [String] = []
+    var minTTL = TokenRequest.defaultMinTTL
+    var forceRefresh = false
+    var header = false
+
+    func run() throws {
         let request = TokenRequest(
             account: self.account,
             scopes: self.scopes.isEmpty ? nil : self.scopes,
             minTTL: self.minTTL,
             forceRefresh: self.forceRefresh
         )
-        try self.connection.run { (vault) throws(VaultError) in
+        try Connection.run(socket: self.socket) { (vault) throws(VaultError) in
             let reply = try vault.send(.token(request))
-            if self.connection.json { return self.connection.printJSON(reply) }
+            if self.json { return Output.verbatim(String(decoding: reply, as: UTF8.self)) }
             let token = try Output.field(TokenResult.self, of: reply)
             Output.verbatim((self.header ? "Authorization: Bearer " : "") + token.accessToken.unsafeString())
         }

@@ -13,6 +13,13 @@ struct VaultCtl: ParsableCommand {
         version: TokenVault.version,
         subcommands: [Status.self, SignIn.self, SignOut.self, Migrate.self, Token.self, Account.self, Import.self, Claims.self, Userinfo.self, Lock.self, Unlock.self, Exec.self, GitCredential.self, ExecCredential.self, Share.self, Unshare.self]
     )
+
+    /// The hot commands in their plain spellings skip ArgumentParser
+    /// (see `QuickStart`); everything else is ArgumentParser's.
+    static func main() {
+        QuickStart.runIfPlain(Array(CommandLine.arguments.dropFirst()))
+        Self.main(nil)
+    }
 }
 
 /// Options every command takes.
