@@ -124,7 +124,12 @@ let package = Package(
                 "VaultCrypto",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
-            swiftSettings: strict
+            swiftSettings: strict,
+            // Programs run vaultctl in loops (token, exec, git-credential): a
+            // static executable starts without the dynamic loader relocating it
+            // and libstdc++. vaultctl needs no NSS lookups, which static glibc
+            // would have to dlopen.
+            linkerSettings: [.unsafeFlags(["-static-executable"], .when(configuration: .release))]
         ),
         .executableTarget(
             name: "vaultbench",
