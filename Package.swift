@@ -129,7 +129,12 @@ let package = Package(
             // static executable starts without the dynamic loader relocating it
             // and libstdc++. vaultctl needs no NSS lookups, which static glibc
             // would have to dlopen.
-            linkerSettings: [.unsafeFlags(["-static-executable"], .when(configuration: .release))]
+            linkerSettings: [
+                .unsafeFlags(["-static-executable"], .when(configuration: .release)),
+                // Named by a build with --static-swift-stdlib, not by one without.
+                .linkedLibrary("_FoundationCShims", .when(configuration: .release)),
+                .linkedLibrary("_FoundationCollections", .when(configuration: .release)),
+            ]
         ),
         .executableTarget(
             name: "vaultbench",
