@@ -125,7 +125,17 @@ let package = Package(
                 "VaultCrypto",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
-            swiftSettings: strict
+            swiftSettings: strict,
+            // Programs run vaultctl in loops (token, exec, git-credential): a
+            // static executable starts without the dynamic loader relocating it
+            // and libstdc++. vaultctl needs no NSS lookups, which static glibc
+            // would have to dlopen.
+            linkerSettings: [
+                .unsafeFlags(["-static-executable"], .when(configuration: .release)),
+                // Named by a build with --static-swift-stdlib, not by one without.
+                .linkedLibrary("_FoundationCShims", .when(configuration: .release)),
+                .linkedLibrary("_FoundationCollections", .when(configuration: .release)),
+            ]
         ),
         .executableTarget(
             name: "vaultbench",

@@ -6,12 +6,14 @@ import VaultProtocol
 
 struct Account: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "account",
         abstract: "Add, list and remove accounts.",
         subcommands: [Add.self, List.self, Remove.self]
     )
 
     struct Add: ParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "add",
             abstract: "Add an account: an issuer and the client that signs in to it.",
             discussion: "Secrets never go on the command line: --client-secret reads the secret from the terminal or stdin."
         )
@@ -32,7 +34,7 @@ struct Account: ParsableCommand {
     }
 
     struct List: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "List the accounts, one per line.")
+        static let configuration = CommandConfiguration(commandName: "list", abstract: "List the accounts, one per line.")
 
         @OptionGroup var connection: Connection
 
@@ -50,7 +52,7 @@ struct Account: ParsableCommand {
     }
 
     struct Remove: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Sign an account out and forget it.")
+        static let configuration = CommandConfiguration(commandName: "remove", abstract: "Sign an account out and forget it.")
 
         @OptionGroup var connection: Connection
 

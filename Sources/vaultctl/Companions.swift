@@ -8,6 +8,7 @@ import VaultProtocol
 /// `vaultctl exec`: runs a program with an access token in its environment.
 struct Exec: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "exec",
         abstract: "Run a command with an access token in its environment.",
         discussion: """
             Gets an access token for ACCOUNT (refreshed when it lives less than --min-ttl more \
@@ -54,29 +55,14 @@ struct Exec: ParsableCommand {
     }
 
     func run() throws {
-        let request = TokenRequest(
+        try ExecJob(
+            socket: self.connection.socket,
             account: self.account,
-            scopes: self.scopes.isEmpty ? nil : self.scopes,
-            minTTL: self.minTTL
-        )
-        var token: SecretBytes?
-        try self.connection.run { (vault) throws(VaultError) in
-            token = try Output.field(TokenResult.self, of: try vault.send(.token(request))).accessToken
-        }
-        // The connection is closed by now (and close-on-exec in any case).
-        guard let token, Self.setVariable(self.variable, to: token) else {
-            Output.error("vaultd sent an access token that cannot go in an environment variable")
-            throw ExitCode(ErrorCode.internalError.exitCode)
-        }
-        let program = self.command[0]
-        var argv: [UnsafeMutablePointer<CChar>?] = self.command.map { strdup($0) } + [nil]
-        execvp(program, &argv)
-        // Only reached when the command could not be run.
-        let code = errno
-        argv.forEach { free($0) }
-        unsetenv(self.variable)
-        Output.error("cannot run \(program): \(String(cString: strerror(code)))")
-        throw ExitCode(code == EACCES ? 126 : 127)
+            variable: self.variable,
+            scopes: self.scopes,
+            minTTL: self.minTTL,
+            command: self.command
+        ).run()
     }
 
     /// A name a shell can read: `[A-Za-z_][A-Za-z0-9_]*`.
@@ -91,7 +77,7 @@ struct Exec: ParsableCommand {
 
     /// Sets `name` to the token through a wiped C string (`setenv` keeps its
     /// own copy, which the exec then discards). False when the token has a NUL.
-    private static func setVariable(_ name: String, to token: SecretBytes) -> Bool {
+    static func setVariable(_ name: String, to token: SecretBytes) -> Bool {
         var value = [CChar](repeating: 0, count: token.count + 1)
         defer { value.withUnsafeMutableBytes { secureZero($0) } }
         let clean = token.withUnsafeBytes { bytes in
@@ -102,6 +88,44 @@ struct Exec: ParsableCommand {
             return true
         }
         return clean && setenv(name, value, 1) == 0
+    }
+}
+
+/// What `vaultctl exec` does once its arguments are parsed and checked, by
+/// ArgumentParser or by `QuickStart`.
+struct ExecJob {
+    var socket: String?
+    var account: String
+    var variable = "TOKENVAULT_TOKEN"
+    var scopes: [String] = []
+    var minTTL = TokenRequest.defaultMinTTL
+    /// The program and its arguments; not empty.
+    var command: [String]
+
+    func run() throws {
+        let request = TokenRequest(
+            account: self.account,
+            scopes: self.scopes.isEmpty ? nil : self.scopes,
+            minTTL: self.minTTL
+        )
+        var token: SecretBytes?
+        try Connection.run(socket: self.socket) { (vault) throws(VaultError) in
+            token = try Output.field(TokenResult.self, of: try vault.send(.token(request))).accessToken
+        }
+        // The connection is closed by now (and close-on-exec in any case).
+        guard let token, Exec.setVariable(self.variable, to: token) else {
+            Output.error("vaultd sent an access token that cannot go in an environment variable")
+            throw ExitCode(ErrorCode.internalError.exitCode)
+        }
+        let program = self.command[0]
+        var argv: [UnsafeMutablePointer<CChar>?] = self.command.map { strdup($0) } + [nil]
+        execvp(program, &argv)
+        // Only reached when the command could not be run.
+        let code = errno
+        argv.forEach { free($0) }
+        unsetenv(self.variable)
+        Output.error("cannot run \(program): \(String(cString: strerror(code)))")
+        throw ExitCode(code == EACCES ? 126 : 127)
     }
 }
 
@@ -152,35 +176,13 @@ struct GitCredential: ParsableCommand {
     }
 
     func run() throws {
-        // Always read git's request to its end, so git never writes into a
-        // closed pipe; only the username is kept.
-        let sent = Self.readRequest()
-        guard self.operation == "get" else { return }
-        let username = self.username ?? sent.flatMap { $0.isEmpty ? nil : $0 } ?? "oauth2"
-        let request = TokenRequest(account: self.account)
-        try self.connection.run { (vault) throws(VaultError) in
-            let token = try Output.field(TokenResult.self, of: try vault.send(.token(request)))
-            var answer = Array("username=\(username)\npassword=".utf8)
-            defer { answer.secureZero() }
-            answer.reserveCapacity(answer.count + token.accessToken.count + 64)
-            let clean = token.accessToken.withUnsafeBytes { bytes in
-                guard !bytes.contains(where: { $0 == 0x0A || $0 == 0x0D || $0 == 0 }) else { return false }
-                answer.append(contentsOf: bytes)
-                return true
-            }
-            guard clean else {
-                throw VaultError(.internalError, "vaultd sent an access token that cannot be passed to git")
-            }
-            answer.append(0x0A)
-            if token.expiresAt > 0 { answer.append(contentsOf: "password_expiry_utc=\(token.expiresAt)\n".utf8) }
-            Self.writeAll(answer)
-        }
+        try GitCredentialJob(socket: self.connection.socket, account: self.account, username: self.username, operation: self.operation).run()
     }
 
     /// Reads `key=value` lines from stdin up to a blank line or the end of
     /// input, and returns the value of `username`, if git sent one. Every
     /// other byte (git sends the password back with `store`) is wiped.
-    private static func readRequest() -> String? {
+    static func readRequest() -> String? {
         let maximumLine = 65_536
         var username: String?
         var line: [UInt8] = []
@@ -216,13 +218,48 @@ struct GitCredential: ParsableCommand {
         return username
     }
 
-    private static func writeAll(_ bytes: [UInt8]) {
+    static func writeAll(_ bytes: [UInt8]) {
         var offset = 0
         while offset < bytes.count {
             let n = bytes.withUnsafeBytes { write(1, $0.baseAddress?.advanced(by: offset), $0.count - offset) }
             if n < 0 && errno == EINTR { continue }
             if n <= 0 { return }
             offset += n
+        }
+    }
+}
+
+/// What `vaultctl git-credential` does once its arguments are parsed and
+/// checked, by ArgumentParser or by `QuickStart`.
+struct GitCredentialJob {
+    var socket: String?
+    var account: String
+    var username: String?
+    var operation: String
+
+    func run() throws {
+        // Always read git's request to its end, so git never writes into a
+        // closed pipe; only the username is kept.
+        let sent = GitCredential.readRequest()
+        guard self.operation == "get" else { return }
+        let username = self.username ?? sent.flatMap { $0.isEmpty ? nil : $0 } ?? "oauth2"
+        let request = TokenRequest(account: self.account)
+        try Connection.run(socket: self.socket) { (vault) throws(VaultError) in
+            let token = try Output.field(TokenResult.self, of: try vault.send(.token(request)))
+            var answer = Array("username=\(username)\npassword=".utf8)
+            defer { answer.secureZero() }
+            answer.reserveCapacity(answer.count + token.accessToken.count + 64)
+            let clean = token.accessToken.withUnsafeBytes { bytes in
+                guard !bytes.contains(where: { $0 == 0x0A || $0 == 0x0D || $0 == 0 }) else { return false }
+                answer.append(contentsOf: bytes)
+                return true
+            }
+            guard clean else {
+                throw VaultError(.internalError, "vaultd sent an access token that cannot be passed to git")
+            }
+            answer.append(0x0A)
+            if token.expiresAt > 0 { answer.append(contentsOf: "password_expiry_utc=\(token.expiresAt)\n".utf8) }
+            GitCredential.writeAll(answer)
         }
     }
 }

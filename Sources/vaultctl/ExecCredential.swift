@@ -50,10 +50,33 @@ struct ExecCredential: ParsableCommand {
         return version
     }
 
+    /// RFC 3339 in UTC, whole seconds: 2026-11-24T05:12:19Z.
+    static func rfc3339(_ seconds: Int64) -> String {
+        var time = time_t(seconds)
+        var parts = tm()
+        gmtime_r(&time, &parts)
+        var buffer = [CChar](repeating: 0, count: 32)
+        let count = strftime(&buffer, buffer.count, "%Y-%m-%dT%H:%M:%SZ", &parts)
+        return String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    func run() throws {
+        try ExecCredentialJob(socket: self.connection.socket, account: self.account, scopes: self.scopes, minTTL: self.minTTL).run()
+    }
+}
+
+/// What `vaultctl exec-credential` does once its arguments are parsed, by
+/// ArgumentParser or by `QuickStart`. (`--json` changes nothing: the output is JSON.)
+struct ExecCredentialJob {
+    var socket: String?
+    var account: String
+    var scopes: [String] = []
+    var minTTL = TokenRequest.defaultMinTTL
+
     func run() throws {
         let request = TokenRequest(account: self.account, scopes: self.scopes.isEmpty ? nil : self.scopes, minTTL: self.minTTL)
-        let apiVersion = Self.apiVersion(fromExecInfo: getenv("KUBERNETES_EXEC_INFO").map { String(cString: $0) })
-        try self.connection.run { (vault) throws(VaultError) in
+        let apiVersion = ExecCredential.apiVersion(fromExecInfo: getenv("KUBERNETES_EXEC_INFO").map { String(cString: $0) })
+        try Connection.run(socket: self.socket) { (vault) throws(VaultError) in
             let token = try Output.field(TokenResult.self, of: try vault.send(.token(request)))
             struct Credential: Encodable {
                 struct Status: Encodable {
@@ -66,7 +89,7 @@ struct ExecCredential: ParsableCommand {
             }
             let credential = Credential(
                 apiVersion: apiVersion,
-                status: .init(token: token.accessToken.unsafeString(), expirationTimestamp: Self.rfc3339(token.expiresAt))
+                status: .init(token: token.accessToken.unsafeString(), expirationTimestamp: ExecCredential.rfc3339(token.expiresAt))
             )
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
@@ -75,15 +98,5 @@ struct ExecCredential: ParsableCommand {
             }
             Output.line(String(decoding: bytes, as: UTF8.self))
         }
-    }
-
-    /// RFC 3339 in UTC, whole seconds: 2026-11-24T05:12:19Z.
-    static func rfc3339(_ seconds: Int64) -> String {
-        var time = time_t(seconds)
-        var parts = tm()
-        gmtime_r(&time, &parts)
-        var buffer = [CChar](repeating: 0, count: 32)
-        let count = strftime(&buffer, buffer.count, "%Y-%m-%dT%H:%M:%SZ", &parts)
-        return String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }

@@ -6,6 +6,7 @@ import VaultProtocol
 
 struct Share: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "share",
         abstract: "Serve some accounts' tokens on another socket: for a container, or a host you ssh into.",
         discussion: """
             The share's socket serves only hello, status, token and subscribe, for the named accounts \
@@ -84,6 +85,7 @@ struct Share: ParsableCommand {
 
 struct Unshare: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "unshare",
         abstract: "End a share: its socket is removed and its connections closed."
     )
 

@@ -80,6 +80,7 @@ struct SignOut: ParsableCommand {
 
 struct Migrate: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "migrate",
         abstract: "Move every account's secrets to another backend.",
         discussion: """
             Each account's secrets are written to the target, read back, and only then removed \

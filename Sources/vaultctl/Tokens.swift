@@ -6,6 +6,7 @@ import VaultProtocol
 
 struct Token: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "token",
         abstract: "Print an access token for an account, and nothing else.",
         discussion: "For scripts: curl -H \"Authorization: Bearer $(vaultctl token work)\" ..."
     )
@@ -32,15 +33,39 @@ struct Token: ParsableCommand {
     }
 
     func run() throws {
+        try TokenJob(
+            socket: self.connection.socket,
+            json: self.connection.json,
+            account: self.account,
+            scopes: self.scopes,
+            minTTL: self.minTTL,
+            forceRefresh: self.forceRefresh,
+            header: self.header
+        ).run()
+    }
+}
+
+/// What `vaultctl token` does once its arguments are parsed, by
+/// ArgumentParser or by `QuickStart`.
+struct TokenJob {
+    var socket: String?
+    var json = false
+    var account: String
+    var scopes: [String] = []
+    var minTTL = TokenRequest.defaultMinTTL
+    var forceRefresh = false
+    var header = false
+
+    func run() throws {
         let request = TokenRequest(
             account: self.account,
             scopes: self.scopes.isEmpty ? nil : self.scopes,
             minTTL: self.minTTL,
             forceRefresh: self.forceRefresh
         )
-        try self.connection.run { (vault) throws(VaultError) in
+        try Connection.run(socket: self.socket) { (vault) throws(VaultError) in
             let reply = try vault.send(.token(request))
-            if self.connection.json { return self.connection.printJSON(reply) }
+            if self.json { return Output.verbatim(String(decoding: reply, as: UTF8.self)) }
             let token = try Output.field(TokenResult.self, of: reply)
             Output.verbatim((self.header ? "Authorization: Bearer " : "") + token.accessToken.unsafeString())
         }
@@ -49,6 +74,7 @@ struct Token: ParsableCommand {
 
 struct Import: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "import",
         abstract: "Add an account with a refresh token you already have.",
         discussion: """
             The refresh token is read from the terminal (no echo) or the first line of stdin, never \
@@ -76,7 +102,7 @@ struct Import: ParsableCommand {
 }
 
 struct Claims: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Show the claims of the account's validated ID token.")
+    static let configuration = CommandConfiguration(commandName: "claims", abstract: "Show the claims of the account's validated ID token.")
 
     @OptionGroup var connection: Connection
 
@@ -93,7 +119,7 @@ struct Claims: ParsableCommand {
 }
 
 struct Userinfo: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Fetch the issuer's userinfo for the account.")
+    static let configuration = CommandConfiguration(commandName: "userinfo", abstract: "Fetch the issuer's userinfo for the account.")
 
     @OptionGroup var connection: Connection
 

@@ -13,6 +13,13 @@ struct VaultCtl: ParsableCommand {
         version: TokenVault.version,
         subcommands: [Status.self, SignIn.self, SignOut.self, Migrate.self, Token.self, Account.self, Import.self, Claims.self, Userinfo.self, Lock.self, Unlock.self, Exec.self, GitCredential.self, ExecCredential.self, Share.self, Unshare.self]
     )
+
+    /// The hot commands in their plain spellings skip ArgumentParser
+    /// (see `QuickStart`); everything else is ArgumentParser's.
+    static func main() {
+        QuickStart.runIfPlain(Array(CommandLine.arguments.dropFirst()))
+        Self.main(nil)
+    }
 }
 
 /// Options every command takes.
@@ -112,7 +119,7 @@ enum Output {
 }
 
 struct Status: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Show the vault's state and its accounts.")
+    static let configuration = CommandConfiguration(commandName: "status", abstract: "Show the vault's state and its accounts.")
 
     @OptionGroup var connection: Connection
 
@@ -138,7 +145,7 @@ struct Status: ParsableCommand {
 }
 
 struct Lock: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Forget the vault's key until the next unlock.")
+    static let configuration = CommandConfiguration(commandName: "lock", abstract: "Forget the vault's key until the next unlock.")
 
     @OptionGroup var connection: Connection
 
@@ -153,6 +160,7 @@ struct Lock: ParsableCommand {
 
 struct Unlock: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "unlock",
         abstract: "Unlock the vault.",
         discussion: """
             A passphrase vault asks for its passphrase on the terminal, without echo, or reads \
