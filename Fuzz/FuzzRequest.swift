@@ -320,11 +320,11 @@ final class Harness: @unchecked Sendable {
     static func mayChange(_ request: Request, _ response: Response) -> Bool {
         guard case .success(let command) = request.command else { return false }
         switch command {
-        case .hello, .status, .claims, .refreshToken, .subscribe, .migrate,
+        case .hello, .status, .claims, .refreshToken, .subscribe, .migrate, .shareList,
             .signinSubmitCode, .signinResendCode, .signinSubmitPassword, .signinWait, .signinCancel:
             // Read only here: no flow can start, and `migrate` has nowhere to go.
             return false
-        case .accountAdd, .accountRemove, .lock, .unlock, .token, .userinfo, .signinStart, .signout:
+        case .accountAdd, .accountRemove, .lock, .unlock, .token, .userinfo, .signinStart, .signout, .shareOpen, .shareClose:
             guard case .failure(let error) = response.outcome else { return true }
             // These are refused before anything is touched.
             let untouched: Set<ErrorCode> = [.badRequest, .unknownAccount, .forbidden, .notSignedIn, .locked]
