@@ -1,6 +1,8 @@
 // swift-tools-version:6.1
 import PackageDescription
 
+/// Every Swift target builds with these, tests included; each target declares
+/// exactly the modules it imports (scripts/check-imports.py checks both).
 let strict: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
     .enableUpcomingFeature("MemberImportVisibility"),
@@ -17,7 +19,6 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.0"),
-        .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.0"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.0"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
@@ -45,10 +46,8 @@ let package = Package(
             name: "VaultStore",
             dependencies: [
                 "VaultCrypto",
-                "CVaultSystem",
                 "CLibSecret",
                 .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict
         ),
@@ -73,7 +72,8 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "JWTKit", package: "jwt-kit"),
             ],
-            path: "Tests/Support/VaultTestIssuer"
+            path: "Tests/Support/VaultTestIssuer",
+            swiftSettings: strict
         ),
         .target(
             name: "VaultProtocol",
@@ -90,16 +90,14 @@ let package = Package(
                 "CVaultSystem",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOExtras", package: "swift-nio-extras"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strict
         ),
         .target(
             name: "VaultClient",
-            dependencies: ["VaultProtocol", "VaultCrypto"],
+            dependencies: ["VaultProtocol"],
             swiftSettings: strict
         ),
         .executableTarget(
@@ -107,6 +105,7 @@ let package = Package(
             dependencies: [
                 "VaultDaemon",
                 "VaultOIDC",
+                "VaultProtocol",
                 "VaultStore",
                 "CVaultSystem",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -140,22 +139,22 @@ let package = Package(
         .executableTarget(
             name: "vaultbench",
             dependencies: ["VaultTestIssuer", "VaultProtocol", "VaultCrypto"],
-            path: "Benchmarks/vaultbench"
+            path: "Benchmarks/vaultbench",
+            swiftSettings: strict
         ),
-        .testTarget(name: "VaultCryptoTests", dependencies: ["VaultCrypto"]),
-        .testTarget(name: "VaultStoreTests", dependencies: ["VaultStore", "VaultCrypto"]),
-        .testTarget(name: "VaultProtocolTests", dependencies: ["VaultProtocol", "VaultCrypto"]),
+        .testTarget(name: "VaultCryptoTests", dependencies: ["VaultCrypto"], swiftSettings: strict),
+        .testTarget(name: "VaultStoreTests", dependencies: ["VaultStore", "VaultCrypto"], swiftSettings: strict),
+        .testTarget(name: "VaultProtocolTests", dependencies: ["VaultProtocol", "VaultCrypto"], swiftSettings: strict),
         .testTarget(
             name: "VaultDaemonTests",
             dependencies: [
                 "VaultDaemon", "VaultStore", "VaultProtocol", "VaultClient", "VaultCrypto", "VaultOIDC",
                 "VaultTestIssuer",
                 .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle"),
-            ]
+            ],
+            swiftSettings: strict
         ),
     ]
 )

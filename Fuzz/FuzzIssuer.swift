@@ -51,9 +51,8 @@ func checkToken(_ status: UInt, _ body: [UInt8]) {
 func checkNative(_ status: UInt, _ body: [UInt8]) {
     do {
         switch try NativeAuthParser.parse(status: status, body: body, retryAfter: 7) {
-        case .codeSent(_, _, _, let length, let interval):
+        case .codeSent(_, _, _, let length):
             guard (1...32).contains(length) else { fail("a code length of \(length)") }
-            if let interval, !IssuerNumber.waits.contains(interval) { fail("a resend interval of \(interval) s") }
         case .tokens(let response):
             if let seconds = response.expiresIn, !tenYears.contains(seconds) { fail("a token lifetime of \(seconds) s") }
         case .continuation, .passwordRequired, .redirect:

@@ -126,7 +126,10 @@ EOF
         echo "fuzz.sh: linking $scratch/fuzz-$name"
         defines=()
         [ "$name" = request-decode ] && defines=(-D DECODE_ONLY)
+        # The package's strict settings (Package.swift), as for every target.
         swiftc -sanitize=fuzzer,address -parse-as-library -O -swift-version 6 -warnings-as-errors -use-ld=lld \
+            -enable-upcoming-feature ExistentialAny -enable-upcoming-feature MemberImportVisibility \
+            -enable-upcoming-feature InternalImportsByDefault \
             ${defines[@]+"${defines[@]}"} -module-cache-path "$scratch/ModuleCache" @"$scratch/harness.flags" \
             -o "$scratch/fuzz-$name" "$(source_of "$name")" @"$scratch/harness.objects"
     done

@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
+# Each target declares exactly what it imports, and builds with the strict settings.
+scripts/check-imports.py
 swift build --build-tests -Xswiftc -warnings-as-errors
 # The vault fsyncs every write; right after a cold build those fsyncs queue
 # behind gigabytes of build output. Flush that first so tests time the vault.

@@ -22,7 +22,7 @@ extension Broker {
         var spending: Task<Result<CachedToken, VaultError>, Never>?
     }
 
-    /// Signs an account out everywhere (DESIGN "Sign-out wipes every copy"):
+    /// Signs an account out everywhere (docs/protocol.md, Sign-out):
     /// its secrets and tokens leave memory and every store that holds them,
     /// subscribers are told, and only then is the refresh token revoked at
     /// the issuer, so a slow issuer never keeps a token alive here.

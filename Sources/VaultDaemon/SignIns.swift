@@ -8,7 +8,7 @@ public import VaultProtocol
 /// The sign-in flows in progress: email code and native password (MSAL
 /// native authentication), the password grant, the browser (code + PKCE,
 /// loopback redirect) and the device grant. Each flow lives in memory only,
-/// under a random id, moves through the states of DESIGN.md, tells
+/// under a random id, moves through the states of docs/protocol.md (Sign-in), tells
 /// subscribers of every step, and ends by itself when it expires, taking
 /// its continuation token, verifier or device code with it.
 public actor SignIns {
@@ -248,7 +248,7 @@ public actor SignIns {
         }
         guard self.flows[id] != nil else { throw Self.cancelled }
         switch answer {
-        case .codeSent(let continuation, let sentTo, let channel, let codeLength, _):
+        case .codeSent(let continuation, let sentTo, let channel, let codeLength):
             let code = NativeCode(
                 endpoints: endpoints, continuation: continuation, scope: scope, sentTo: sentTo, channel: channel,
                 codeLength: codeLength, attemptsLeft: Self.maximumAttempts
@@ -343,7 +343,7 @@ public actor SignIns {
         guard self.flows[id] != nil else { throw Self.cancelled }
         self.flows[id]?.busy = false
         switch answer {
-        case .codeSent(let continuation, let sentTo, let channel, let codeLength, _):
+        case .codeSent(let continuation, let sentTo, let channel, let codeLength):
             step.continuation = continuation
             step.sentTo = sentTo
             step.channel = channel
@@ -839,7 +839,7 @@ public actor SignIns {
 
     enum NativeStage { case start, code, resend, password }
 
-    /// The one place native-authentication errors become wire errors (§6.2 of the protocol notes).
+    /// The one place native-authentication errors become wire errors (docs/protocol.md: Sign-in, Error codes).
     private func nativeError(_ error: NativeAuthError, account name: String, stage: NativeStage) -> VaultError {
         switch error {
         case .provider(let provider):

@@ -9,7 +9,7 @@ import VaultProtocol
 /// - a fraction is rounded down;
 /// - the result is clamped into the field's range: lifetimes to 0 … ten
 ///   years (a negative lifetime is 0), device polling intervals to 1 … 60 s,
-///   waits (`Retry-After`, native auth's resend `interval`) to 0 … 3600 s.
+///   waits (`Retry-After`) to 0 … 3600 s.
 enum IssuerNumber {
     /// Ten years, in seconds: the longest lifetime believed.
     static let maximumLifetime = 315_360_000

@@ -27,7 +27,7 @@ public enum NativeAuthAnswer: Sendable {
     /// `/initiate`: the flow goes on with this continuation token.
     case continuation(SecretBytes)
     /// `/challenge`: a code was sent.
-    case codeSent(continuation: SecretBytes, sentTo: String, channel: String, codeLength: Int, interval: Int?)
+    case codeSent(continuation: SecretBytes, sentTo: String, channel: String, codeLength: Int)
     /// `/challenge`: the user has a password.
     case passwordRequired(continuation: SecretBytes)
     /// Any endpoint: the issuer wants a browser (`challenge_type: redirect`).
@@ -131,7 +131,7 @@ extension OIDCClient {
     }
 }
 
-/// Reads native-authentication answers (§1.4 of the protocol notes): the
+/// Reads native-authentication answers (the `email_otp` method of docs/protocol.md's Sign-in): the
 /// redirect envelope is checked before anything else, keys and values are
 /// trimmed, unknown keys ignored.
 enum NativeAuthParser {
@@ -171,8 +171,7 @@ enum NativeAuthParser {
                     continuation: continuation,
                     sentTo: TokenResponseParser.clean(sentTo),
                     channel: TokenResponseParser.clean(channel.lowercased()),
-                    codeLength: length,
-                    interval: IssuerNumber.bounded(document["interval"], IssuerNumber.waits)
+                    codeLength: length
                 )
             case "password":
                 return .passwordRequired(continuation: continuation)

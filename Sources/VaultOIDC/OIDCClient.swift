@@ -119,11 +119,6 @@ public actor OIDCClient {
         return metadata
     }
 
-    /// Forgets cached discovery (after the issuer's endpoints failed, say).
-    public func forget(issuer: String) {
-        self.discovered[issuer] = nil
-    }
-
     // MARK: Grants
 
     /// The refresh-token grant (RFC 6749 §6). `scope` narrows the request; nil asks for the original grant.

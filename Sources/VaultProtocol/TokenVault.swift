@@ -4,7 +4,7 @@ import Glibc
 public enum TokenVault {
     public static let version = "0.1.0"
     public static let protocolVersion = 1
-    /// The longest request or reply line, newline excluded (DESIGN: 65,536 bytes).
+    /// The longest request or reply line, newline excluded (docs/protocol.md, Framing: 65,536 bytes).
     public static let maximumLineBytes = 65_536
 
     /// The socket path: `explicit` (a `--socket` flag), else `TOKENVAULT_SOCKET`,

@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Testing
+import VaultCrypto
 import VaultStore
 
 /// vaultd killed with SIGKILL in the middle of its refresh cycle, against

@@ -1,6 +1,7 @@
 import Testing
-import VaultOIDC
 @testable import VaultDaemon
+import VaultOIDC
+import VaultProtocol
 
 /// RFC 8628 §3.5 polling, without waiting for the clock.
 struct DevicePollingTests {

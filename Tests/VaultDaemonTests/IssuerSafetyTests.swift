@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Logging
+import NIOCore
 import Testing
 import VaultCrypto
 import VaultDaemon

@@ -123,7 +123,7 @@ struct KubernetesTests {
         let setup = try await self.setUp()
         defer { Task { await setup.vault.stop(); await setup.issuer.stop() } }
         let failed = try await runTool("vaultctl", ["exec-credential", "nobody"], environment: setup.environment)
-        #expect(failed.status != 0)
+        #expect(failed.status == 67, "unknown account: \(failed.stderr)")
         #expect(failed.stdout.isEmpty)
         #expect(failed.stderr.split(separator: "\n").count == 1, "\(failed.stderr)")
         #expect(failed.stderr.contains("nobody"))

@@ -163,10 +163,10 @@ struct NativeSignInTests {
         let before = setup.issuer.nativeRequestCount
         for code in ["123", "abcdefgh", "", "123456789"] {
             let reply = try await self.submit(setup, flow, code)
-            #expect(reply.errorCode == "invalid_code" || reply.errorCode == "bad_request", "\(reply)")
-            if reply.errorCode == "invalid_code" {
-                #expect((reply["error"] as? [String: Any])?["attempts_left"] as? Int == 5)
-            }
+            // docs/protocol.md: the wrong length or other than digits is
+            // `invalid_code`, costs no attempt, and the issuer is not asked.
+            #expect(reply.errorCode == "invalid_code", "\(code.count) characters: \(reply)")
+            #expect((reply["error"] as? [String: Any])?["attempts_left"] as? Int == 5, "\(reply)")
         }
         #expect(setup.issuer.nativeRequestCount == before)
     }

@@ -52,7 +52,8 @@ struct SocketOwnerTests {
             input: "CANARY-RT-1\n",
             environment: ["TOKENVAULT_SOCKET": path]
         )
-        #expect(vaultctl.status != 0)
+        // forbidden: 77, "not permitted" (sysexits, as the README lists them).
+        #expect(vaultctl.status == 77, "\(vaultctl.stderr)")
         #expect(vaultctl.stderr.contains("\(path) is served by uid 65534"), "\(vaultctl.stderr)")
 
         do {

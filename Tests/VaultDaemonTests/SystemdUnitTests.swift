@@ -15,34 +15,44 @@ struct SystemdUnitTests {
     static let exposureLimit = 2.0
 
     @Test func bothUnitsVerifyWithoutAWarning() async throws {
-        let home = try UserManagerHome()
-        defer { home.remove() }
-        let result = try await runTool(
-            Self.analyze, ["verify", "--user", Self.socketUnit, Self.serviceUnit],
-            environment: home.environment
-        )
-        #expect(result.status == 0, "systemd-analyze verify failed:\n\(result.stdout)\(result.stderr)")
-        #expect(result.stdout.isEmpty && result.stderr.isEmpty, "systemd-analyze verify warned:\n\(result.stdout)\(result.stderr)")
+        let complaints = try await Self.verify(socket: Self.socketUnit, service: Self.serviceUnit)
+        #expect(complaints.isEmpty, "systemd-analyze verify complained:\n\(complaints)")
     }
 
-    /// Why the check above reads the output and not only the exit status:
-    /// verify exits 0 on a misspelt (hence ignored) hardening directive.
-    @Test func verifyWarnsAboutAMisspeltDirective() async throws {
+    /// The check above catches a typo in any of the project's unit files: a
+    /// copy of each, with one of its directives misspelt (systemd ignores the
+    /// line and verify still exits 0), is reported.
+    @Test func theVerifyCheckCatchesAMisspeltDirectiveInEachUnit() async throws {
         let home = try UserManagerHome()
         defer { home.remove() }
         let units = home.folder + "/units"
-        try FileManager.default.createDirectory(atPath: units, withIntermediateDirectories: true)
-        try FileManager.default.copyItem(atPath: Self.socketUnit, toPath: units + "/vaultd.socket")
-        let text = try String(contentsOfFile: Self.serviceUnit, encoding: .utf8)
-        #expect(text.contains("\nProtectSystem=strict\n"))
-        try text.replacingOccurrences(of: "\nProtectSystem=strict\n", with: "\nProtectSytem=strict\n")
-            .write(toFile: units + "/vaultd.service", atomically: true, encoding: .utf8)
-        let result = try await runTool(
-            Self.analyze, ["verify", "--user", units + "/vaultd.socket", units + "/vaultd.service"],
-            environment: home.environment
-        )
-        #expect(result.status == 0)
-        #expect(result.stderr.contains("Unknown key 'ProtectSytem'"), "no warning for a misspelt directive:\n\(result.stderr)")
+        try FileManager.default.createDirectory(atPath: units + "/vaultd.service.d", withIntermediateDirectories: true)
+        let socket = units + "/vaultd.socket"
+        let service = units + "/vaultd.service"
+        let dropIn = units + "/vaultd.service.d/no-userns.conf"
+        let copies = [(Self.socketUnit, socket), (Self.serviceUnit, service), (Self.noUsernsDropIn, dropIn)]
+        func restore() throws {
+            for (original, copy) in copies {
+                try String(contentsOfFile: original, encoding: .utf8).write(toFile: copy, atomically: true, encoding: .utf8)
+            }
+        }
+        try restore()
+        #expect(try await Self.verify(socket: socket, service: service).isEmpty, "the unchanged copies verify cleanly")
+        for (original, copy) in copies {
+            // Every directive of the file, in turn: a typo in a rarely read one counts as much.
+            let keys = try Self.settings(original).keys.sorted()
+            #expect(!keys.isEmpty, "\(original) has no directives")
+            for key in keys {
+                try restore()
+                let misspelt = key + "x"
+                let text = try String(contentsOfFile: original, encoding: .utf8)
+                try text.replacingOccurrences(of: "\n" + key + "=", with: "\n" + misspelt + "=")
+                    .write(toFile: copy, atomically: true, encoding: .utf8)
+                let complaints = try await Self.verify(socket: socket, service: service)
+                #expect(complaints.contains("Unknown key '\(misspelt)'") || complaints.contains("Unknown key name '\(misspelt)'"),
+                    "\(misspelt)= in \(copy) went unreported:\n\(complaints)")
+            }
+        }
     }
 
     @Test func theServiceIsExposedAtMostTwo() async throws {
@@ -70,11 +80,8 @@ struct SystemdUnitTests {
         try FileManager.default.copyItem(atPath: Self.socketUnit, toPath: units + "/vaultd.socket")
         try FileManager.default.copyItem(atPath: Self.serviceUnit, toPath: units + "/vaultd.service")
         try FileManager.default.copyItem(atPath: Self.noUsernsDropIn, toPath: units + "/vaultd.service.d/no-userns.conf")
-        let verify = try await runTool(
-            Self.analyze, ["verify", "--user", units + "/vaultd.socket", units + "/vaultd.service"],
-            environment: home.environment
-        )
-        #expect(verify.status == 0 && verify.stdout.isEmpty && verify.stderr.isEmpty, "with no-userns.conf:\n\(verify.stdout)\(verify.stderr)")
+        let complaints = try await Self.verify(socket: units + "/vaultd.socket", service: units + "/vaultd.service")
+        #expect(complaints.isEmpty, "with no-userns.conf:\n\(complaints)")
         let security = try await runTool(
             Self.analyze, ["security", "--offline=true", "--user", "--no-pager", units + "/vaultd.service"],
             environment: home.environment
@@ -137,6 +144,18 @@ struct SystemdUnitTests {
     }
 
     // MARK: - Helpers
+
+    /// What `systemd-analyze verify` says about a socket and service unit (and
+    /// the drop-ins in the service's `.d` folder): empty when it loads them
+    /// without a warning. The output is the check, not only the exit status:
+    /// verify exits 0 on a misspelt (hence ignored) directive.
+    static func verify(socket: String, service: String) async throws -> String {
+        let home = try UserManagerHome()
+        defer { home.remove() }
+        let result = try await runTool(Self.analyze, ["verify", "--user", socket, service], environment: home.environment)
+        let output = result.stdout + result.stderr
+        return result.status == 0 ? output : "exit status \(result.status)\n" + output
+    }
 
     /// "Overall exposure level for vaultd.service: 1.5 OK" → 1.5
     static func exposure(in output: String) -> Double? {

@@ -10,8 +10,6 @@ struct KeyringSession: Sendable {
     let folder: String
     /// DBUS_SESSION_BUS_ADDRESS, HOME, XDG_* of the session, for secret-tool.
     let environment: [String: String]
-    /// How long the process's first libsecret call took (it connects to the bus).
-    let firstCall: Duration
 
     /// The session of the suite running now (see `PrivateKeyring`).
     @TaskLocal static var current: KeyringSession?
@@ -36,12 +34,9 @@ struct KeyringSession: Sendable {
         }
         let previous = getenv("DBUS_SESSION_BUS_ADDRESS").map { String(cString: $0) }
         setenv("DBUS_SESSION_BUS_ADDRESS", address, 1)
-        let clock = ContinuousClock()
-        let begin = clock.now
         let probed = await KeyringStore.probe()
-        let firstCall = clock.now - begin
         if let previous { setenv("DBUS_SESSION_BUS_ADDRESS", previous, 1) } else { unsetenv("DBUS_SESSION_BUS_ADDRESS") }
-        let session = KeyringSession(folder: folder, environment: environment, firstCall: firstCall)
+        let session = KeyringSession(folder: folder, environment: environment)
         do {
             if case .failure(let error) = probed {
                 throw ToolFailure(message: "the fresh keyring does not answer: \(error.message)")

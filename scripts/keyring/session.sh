@@ -29,7 +29,7 @@
 # (A session bus with the standard configuration would activate
 # gnome-keyring-daemon on the first call, with a locked `login`.)
 #
-# Facts this relies on (see /work/shared/reference/platform.md): services the
+# Facts this relies on: services the
 # bus activates inherit the bus daemon's environment, so HOME and XDG_* are
 # set before the bus starts; DISPLAY and WAYLAND_DISPLAY are unset so no
 # prompt waits for a person; `gnome-keyring-daemon --unlock` with the

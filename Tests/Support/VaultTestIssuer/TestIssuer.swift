@@ -1,6 +1,7 @@
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import Synchronization
 
 /// A real HTTP/1.1 OpenID provider on `127.0.0.1:<ephemeral port>` for tests, with fault injection.
 ///
