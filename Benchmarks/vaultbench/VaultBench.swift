@@ -46,8 +46,13 @@ struct VaultBench {
         try add("hanging", hangingIssuer)
         let tokenLine = #"{"id":1,"op":"token","account":"bench"}"#
         _ = try client.call(tokenLine)
+        let setUp = try memory(of: daemon.processIdentifier)
 
         var rows: [(String, String)] = []
+        rows.append((
+            "vaultd idle after set-up (5 accounts, 1 token): RSS = anonymous + file pages; threads",
+            "\(setUp.rssKB / 1024) MiB = \(setUp.anonKB / 1024) + \(setUp.fileKB / 1024) MiB; \(setUp.threads) threads"
+        ))
 
         // 0. The codec alone, in this process: decode a token request, encode its reply.
         let requestBytes = Array(tokenLine.utf8)
@@ -162,6 +167,14 @@ struct VaultBench {
             cli.append(Clock.now() - start)
         }
         rows.append(("vaultctl token, whole process: median / p99", "\(ms(percentile(cli, 0.5))) / \(ms(percentile(cli, 0.99)))"))
+        // The floor for a whole process on this machine: spawning /bin/true.
+        var floor: [Double] = []
+        for _ in 0..<200 {
+            let start = Clock.now()
+            try spawnAndWait("/bin/true", [])
+            floor.append(Clock.now() - start)
+        }
+        rows.append(("floor: /bin/true, whole process: median / p99", "\(ms(percentile(floor, 0.5))) / \(ms(percentile(floor, 0.99)))"))
 
         print("| measure | result |\n|---|---|")
         for (name, value) in rows { print("| \(name) | \(value) |") }
@@ -295,6 +308,9 @@ struct Memory {
     var rssKB: Int
     var peakKB: Int
     var threads: Int
+    /// RSS split: anonymous memory, and pages of files (the executable, libraries).
+    var anonKB: Int
+    var fileKB: Int
 }
 
 /// VmRSS, VmHWM and Threads from /proc/PID/status.
@@ -304,7 +320,10 @@ func memory(of pid: Int32) throws -> Memory {
         guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix(name + ":") }) else { return -1 }
         return Int(line.dropFirst(name.count + 1).trimmingCharacters(in: .whitespaces).split(separator: " ")[0]) ?? -1
     }
-    return Memory(rssKB: field("VmRSS"), peakKB: field("VmHWM"), threads: field("Threads"))
+    return Memory(
+        rssKB: field("VmRSS"), peakKB: field("VmHWM"), threads: field("Threads"),
+        anonKB: field("RssAnon"), fileKB: field("RssFile")
+    )
 }
 
 /// `clients` connections each sending one request at the same moment (all
