@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
     libsodium-dev libsecret-1-dev pkg-config   # build
+    binutils                                   # strip, for scripts/install.sh
     gnome-keyring libsecret-tools dbus         # Secret Service tests
     glewlwyd sqlite3 openssl                   # the third-party OpenID provider in the tests
     util-linux python3                         # setpriv and a stdlib client, for the other-user test

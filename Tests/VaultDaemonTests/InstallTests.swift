@@ -24,5 +24,9 @@ struct InstallTests {
         #expect(result.stdout.contains("systemctl --user") , "\(result.stdout)")
         let version = try await runTool(home + "/.local/bin/vaultctl", ["--version"])
         #expect(version.status == 0)
+        for binary in ["vaultd", "vaultctl"] {
+            let sections = try await runTool("/usr/bin/readelf", ["-S", home + "/.local/bin/" + binary])
+            #expect(sections.status == 0 && !sections.stdout.contains(".debug_info") && !sections.stdout.contains(".symtab"), "\(binary) is installed stripped")
+        }
     }
 }
