@@ -15,6 +15,10 @@ public final class TokenCopies: Sendable {
     private let client: VaultClient
     private let copies = Mutex<[String: Copy]>([:])
     private let listener = Mutex<Task<Void, Never>?>(nil)
+    /// False once the events stopped (vaultd closed the connection, or
+    /// ended it with `overloaded` because this companion fell behind): a
+    /// sign-out could go unheard, so no copy is kept from then on.
+    private let following = Atomic<Bool>(true)
 
     private struct Copy {
         var token: TokenResult?
@@ -38,6 +42,7 @@ public final class TokenCopies: Sendable {
                     copies.drop(event.account)
                 }
             }
+            copies?.stopFollowing()
         }
         copies.listener.withLock { $0 = task }
         return copies
@@ -57,6 +62,7 @@ public final class TokenCopies: Sendable {
         if let cached, cached.expiresAt - now >= Int64(minTTL) { return cached }
         let fresh = try await self.client.token(account, minTTL: minTTL)
         self.copies.withLock { copies in
+            guard self.following.load(ordering: .relaxed) else { return }
             if (copies[account]?.generation ?? 0) == generation { copies[account, default: Copy()].token = fresh }
         }
         return fresh
@@ -65,6 +71,16 @@ public final class TokenCopies: Sendable {
     /// The accounts whose tokens this companion holds a copy of now.
     public var held: [String] {
         self.copies.withLock { copies in copies.filter { $0.value.token != nil }.map(\.key).sorted() }
+    }
+
+    private func stopFollowing() {
+        self.copies.withLock { copies in
+            self.following.store(false, ordering: .relaxed)
+            for account in copies.keys {
+                copies[account]?.token = nil
+                copies[account]?.generation += 1
+            }
+        }
     }
 
     private func drop(_ account: String) {

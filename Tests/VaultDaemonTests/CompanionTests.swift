@@ -40,6 +40,27 @@ struct CompanionTests {
         await #expect(throws: VaultError.self) { try await copies.token("work") }
     }
 
+    /// A companion that stops hearing events (vaultd closed its connection,
+    /// as it does with `overloaded` for one that fell behind) could miss a
+    /// sign-out: it drops its copies and keeps none after.
+    @Test func aCompanionThatLosesItsEventsKeepsNoCopy() async throws {
+        let issuer = try await TestIssuer.start()
+        defer { Task { await issuer.stop() } }
+        let vault = try await InProcessVault.start()
+        defer { Task { await vault.stop() } }
+        _ = try await vault.broker.add(
+            AccountAddition(
+                configuration: AccountConfiguration(name: "work", issuer: issuer.issuer, clientID: TestIssuer.clientID, scopes: ["openid"]),
+                refreshToken: try SecretBytes(utf8: issuer.mintRefreshToken())
+            )
+        )
+        let copies = try await TokenCopies.start(try await VaultClient.connect(path: vault.socketPath))
+        _ = try await copies.token("work")
+        #expect(copies.held == ["work"])
+        vault.server.closeConnections()
+        try await poll { copies.held.isEmpty }
+    }
+
     @Test func theRefreshTokenGoesOnlyToAnAllowedCompanionOfAnAccountThatReleasesIt() async throws {
         let issuer = try await TestIssuer.start()
         defer { Task { await issuer.stop() } }
