@@ -30,6 +30,9 @@ public actor Broker {
     let directoryWrites = SerialQueue()
     /// Numbers each refresh, so a finished one removes only itself.
     var refreshSerial = 0
+    /// The last generation handed out; generations are unique across
+    /// accounts and their re-creations, so no two sign-ins share one.
+    var lastGeneration = 0
 
     struct Account {
         var configuration: AccountConfiguration
@@ -45,10 +48,11 @@ public actor Broker {
         var backoff = Backoff()
         /// Callers awaiting a refresh of this account.
         var waiting = 0
-        /// Bumped whenever secrets are replaced or dropped (sign-in, sign-out,
-        /// lock): work that started before checks it after every suspension
-        /// and, when it changed, keeps nothing of what it got.
-        var generation = 0
+        /// Renewed whenever secrets are replaced or dropped (sign-in, sign-out,
+        /// lock), and new for an account added again under the same name:
+        /// work that started before checks it after every suspension and,
+        /// when it changed, keeps nothing of what it got.
+        var generation: Int
 
         var username: String? {
             self.claims?["preferred_username"]?.stringValue ?? self.claims?["email"]?.stringValue
@@ -76,7 +80,8 @@ public actor Broker {
         self.clock = clock
         self.logger = logger
         for configuration in try directory.load() {
-            self.accounts[configuration.name] = Account(configuration: configuration)
+            self.lastGeneration += 1
+            self.accounts[configuration.name] = Account(configuration: configuration, generation: self.lastGeneration)
             self.cache.configure(configuration)
         }
     }
@@ -153,7 +158,7 @@ public actor Broker {
         // Claim the name before the first suspension, so a concurrent add of
         // the same name fails instead of racing; the secrets are queued before
         // anything else can queue a removal of them.
-        self.accounts[name] = Account(configuration: configuration, secrets: secrets)
+        self.accounts[name] = Account(configuration: configuration, secrets: secrets, generation: self.newGeneration())
         self.cache.configure(configuration)
         let generation = self.accounts[name]?.generation
         do throws(VaultError) {
@@ -246,11 +251,16 @@ public actor Broker {
         account.claims = nil
         account.needsReauth = false
         account.backoff = Backoff()
-        account.generation += 1
+        account.generation = self.newGeneration()
         account.refreshing = [:]
         account.spending = nil
         self.accounts[name] = account
         self.cache.clearTokens(account: name)
+    }
+
+    func newGeneration() -> Int {
+        self.lastGeneration += 1
+        return self.lastGeneration
     }
 
     /// Runs `body` on the store in use when its turn comes, after every
