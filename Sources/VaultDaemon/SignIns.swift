@@ -898,7 +898,8 @@ public actor SignIns {
 }
 
 /// RFC 8628 §3.5 polling: wait `interval`, 5 s more after each `slow_down`,
-/// twice as long after the issuer could not be reached.
+/// twice as long after the issuer could not be reached; never over a minute,
+/// however often the issuer says so.
 struct DevicePolling: Sendable {
     var interval: Int
 
@@ -908,7 +909,7 @@ struct DevicePolling: Sendable {
         case .rejected(error: "authorization_pending", _):
             return nil
         case .rejected(error: "slow_down", _):
-            self.interval += 5
+            self.interval = min(self.interval + 5, 60)
             return nil
         case .unavailable:
             self.interval = min(self.interval * 2, 60)

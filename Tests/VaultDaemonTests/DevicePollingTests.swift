@@ -17,6 +17,12 @@ struct DevicePollingTests {
         #expect(polling.interval == 15)
     }
 
+    @Test func slowDownNeverStretchesThePollPastAMinute() {
+        var polling = DevicePolling(interval: 5)
+        for _ in 0..<100 { _ = polling.next(after: .rejected(error: "slow_down", description: nil), account: "work") }
+        #expect(polling.interval == 60)
+    }
+
     @Test func anUnreachableIssuerDoublesTheIntervalUpToAMinute() {
         var polling = DevicePolling(interval: 20)
         #expect(polling.next(after: .unavailable(reason: "reset", retryAfterSeconds: nil), account: "work") == nil)
