@@ -62,6 +62,20 @@ struct ConcurrencyTests {
         return Setup(issuer: issuer, vault: vault, store: try #require(gated.withLock { $0 }))
     }
 
+    static let email = "ada@example.org"
+
+    /// The test issuer with a native-auth user, a vault with account `work`
+    /// on it, and a client of the vault's socket.
+    func nativeSetUp() async throws -> (TestIssuer, InProcessVault, LineClient) {
+        let issuer = try await TestIssuer.start()
+        issuer.addNativeUser(Self.email)
+        let vault = try await InProcessVault.start()
+        let client = try LineClient(path: vault.socketPath)
+        let add = #"{"id":"add","op":"account.add","name":"work","issuer":"\#(issuer.issuer)","client_id":"\#(TestIssuer.clientID)","scopes":["openid","profile","offline_access"]}"#
+        #expect(await client.call(add)?["ok"] as? Bool == true)
+        return (issuer, vault, client)
+    }
+
     // MARK: One spender
 
     @Test func fiftyRoundsOfMixedScopesNeverSpendARefreshTokenTwice() async throws {
@@ -154,14 +168,9 @@ struct ConcurrencyTests {
     }
 
     @Test func aSignInThatCompletesDuringASignOutDoesNotSignBackIn() async throws {
-        let issuer = try await TestIssuer.start()
-        let email = "ada@example.org"
-        issuer.addNativeUser(email)
-        let vault = try await InProcessVault.start()
+        let (issuer, vault, client) = try await self.nativeSetUp()
         defer { Task { await vault.stop(); await issuer.stop() } }
-        let client = try LineClient(path: vault.socketPath)
-        let add = #"{"id":"add","op":"account.add","name":"work","issuer":"\#(issuer.issuer)","client_id":"\#(TestIssuer.clientID)","scopes":["openid","profile","offline_access"]}"#
-        #expect(await client.call(add)?["ok"] as? Bool == true)
+        let email = Self.email
         let started = try #require(await client.call(#"{"id":"s","op":"signin.start","account":"work","method":"email_otp","username":"\#(email)"}"#))
         let flow = try #require(started["flow"] as? String)
         let code = try #require(issuer.lastCode(for: email))
@@ -268,14 +277,9 @@ struct ConcurrencyTests {
     // MARK: Sign-in flows
 
     @Test func concurrentCodesForOneFlowReachTheIssuerOnce() async throws {
-        let issuer = try await TestIssuer.start()
-        let email = "ada@example.org"
-        issuer.addNativeUser(email)
-        let vault = try await InProcessVault.start()
+        let (issuer, vault, client) = try await self.nativeSetUp()
         defer { Task { await vault.stop(); await issuer.stop() } }
-        let client = try LineClient(path: vault.socketPath)
-        let add = #"{"id":"add","op":"account.add","name":"work","issuer":"\#(issuer.issuer)","client_id":"\#(TestIssuer.clientID)","scopes":["openid","offline_access"]}"#
-        #expect(await client.call(add)?["ok"] as? Bool == true)
+        let email = Self.email
         let started = try #require(await client.call(#"{"id":"s","op":"signin.start","account":"work","method":"email_otp","username":"\#(email)"}"#))
         let flow = try #require(started["flow"] as? String)
         let wrong = issuer.lastCode(for: email) == "00000000" ? "11111111" : "00000000"
@@ -297,14 +301,9 @@ struct ConcurrencyTests {
     }
 
     @Test func manyStartsOfOneSignInShareOneFlowAndOneCode() async throws {
-        let issuer = try await TestIssuer.start()
-        let email = "ada@example.org"
-        issuer.addNativeUser(email)
-        let vault = try await InProcessVault.start()
+        let (issuer, vault, client) = try await self.nativeSetUp()
         defer { Task { await vault.stop(); await issuer.stop() } }
-        let client = try LineClient(path: vault.socketPath)
-        let add = #"{"id":"add","op":"account.add","name":"work","issuer":"\#(issuer.issuer)","client_id":"\#(TestIssuer.clientID)","scopes":["openid","offline_access"]}"#
-        #expect(await client.call(add)?["ok"] as? Bool == true)
+        let email = Self.email
         let start = #"{"id":"s","op":"signin.start","account":"work","method":"email_otp","username":"\#(email)"}"#
         for _ in 0..<10 { client.send(start + "\n") }
         var flows: Set<String> = []
