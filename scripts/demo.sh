@@ -7,7 +7,7 @@
 #
 # Everything lives in one private folder (DEMO_DIR, default
 # $XDG_RUNTIME_DIR/tokenvault-demo, else ~/.cache/tokenvault-demo): the
-# provider (Glewlwyd on 127.0.0.1, from scripts/glewlwyd), vaultd's socket,
+# provider (Glewlwyd on 127.0.0.1, from Tests/Support/glewlwyd), vaultd's socket,
 # vault and log. DEMO_BIN names a folder holding vaultd and vaultctl to use
 # instead of building them.
 set -euo pipefail
@@ -39,7 +39,7 @@ stop_pid() {
 if [ "${1:-}" = "stop" ]; then
     [ -d "$DEMO" ] || { say "nothing to stop"; exit 0; }
     stop_pid "$DEMO/vaultd.pid" "$DEMO/run/tokenvault/vaultd.sock"
-    [ -d "$DEMO/provider" ] && "$ROOT/scripts/glewlwyd/stop.sh" "$DEMO/provider" >/dev/null
+    [ -d "$DEMO/provider" ] && "$ROOT/Tests/Support/glewlwyd/stop.sh" "$DEMO/provider" >/dev/null
     say "stopped; $DEMO holds the logs (remove it when done)"
     exit 0
 fi
@@ -60,7 +60,7 @@ rm -rf "$DEMO/shares"
 mkdir -m 0700 "$DEMO/provider" "$DEMO/run" "$DEMO/state" "$DEMO/config" "$DEMO/shares"
 
 say "starting the OpenID provider (Glewlwyd) on 127.0.0.1"
-GLEWLWYD_ACCESS_TOKEN_SECONDS=300 "$ROOT/scripts/glewlwyd/start.sh" "$DEMO/provider" >/dev/null
+GLEWLWYD_ACCESS_TOKEN_SECONDS=300 "$ROOT/Tests/Support/glewlwyd/start.sh" "$DEMO/provider" >/dev/null
 # shellcheck disable=SC1091
 . "$DEMO/provider/env"
 

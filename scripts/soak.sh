@@ -14,7 +14,7 @@
 #   SOAK_KEEP=1        keep the work folder (kept anyway when a goal failed)
 #
 # Exit 0 when every goal figure is 0, 1 when one is not, 2 when the setup failed.
-# Needs what scripts/glewlwyd/start.sh needs (glewlwyd, sqlite3, openssl, python3).
+# Needs what Tests/Support/glewlwyd/start.sh needs (glewlwyd, sqlite3, openssl, python3).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -67,7 +67,7 @@ struct CrashSafetyTests {
                     kill(daemon.pid, SIGKILL)
                 } else {
                     let watcher = try await runTool(
-                        packageRoot + "/scripts/glewlwyd/on-rotation.py",
+                        packageRoot + "/Tests/Support/glewlwyd/on-rotation.py",
                         [provider.folder, "--pid", String(daemon.pid), "--timeout", "20"]
                     )
                     #expect(watcher.status == 0, "round \(round): \(watcher.stdout) \(watcher.stderr)")
@@ -135,7 +135,7 @@ struct CrashSafetyTests {
     /// Where `refreshToken` stands in its rotation chain at the provider.
     func chain(of refreshToken: String, at provider: Glewlwyd) async throws -> [String: Any] {
         let result = try await runTool(
-            packageRoot + "/scripts/glewlwyd/refresh-chain.py",
+            packageRoot + "/Tests/Support/glewlwyd/refresh-chain.py",
             [provider.folder],
             input: refreshToken + "\n"
         )

@@ -6,7 +6,7 @@ import VaultStore
 import VaultTestIssuer
 
 /// vaultd with a real Secret Service: gnome-keyring, headless, on a private
-/// session bus (scripts/keyring/session.sh), checked with secret-tool.
+/// session bus (Tests/Support/keyring/session.sh), checked with secret-tool.
 @Suite(.timeLimit(.minutes(2)))
 struct KeyringDaemonTests {
     func status(_ env: [String: String]) async throws -> [String: Any] {
@@ -49,7 +49,7 @@ struct KeyringDaemonTests {
                 #expect(reply["notified"] as? Int == 1)
                 #expect(await subscriber.readObject()?["event"] as? String == "signed_out")
                 let introspection = try await runTool(
-                    packageRoot + "/scripts/glewlwyd/introspect.py",
+                    packageRoot + "/Tests/Support/glewlwyd/introspect.py",
                     ["--issuer", provider.issuer, "--client-id", "confidential-app", "--client-secret", secret],
                     input: refreshToken
                 )
@@ -201,7 +201,7 @@ struct KeyringDaemonTests {
 struct DaemonKeyring {
     let folder: String
     let env: [String: String]
-    static let script = packageRoot + "/scripts/keyring/session.sh"
+    static let script = packageRoot + "/Tests/Support/keyring/session.sh"
 
     static func with(_ body: (DaemonKeyring) async throws -> Void) async throws {
         let folder = try temporaryFolder()

@@ -125,7 +125,7 @@ let packageRoot: String = {
 }()
 
 /// Glewlwyd, a third-party OpenID provider, started on 127.0.0.1 from
-/// scripts/glewlwyd with a fresh database for one test.
+/// Tests/Support/glewlwyd with a fresh database for one test.
 struct Glewlwyd {
     let folder: String
     let env: [String: String]
@@ -134,7 +134,7 @@ struct Glewlwyd {
     static func start(accessTokenSeconds: Int = 3) async throws -> Glewlwyd {
         let folder = try temporaryFolder()
         let started = try await runTool(
-            packageRoot + "/scripts/glewlwyd/start.sh",
+            packageRoot + "/Tests/Support/glewlwyd/start.sh",
             [folder],
             environment: ["GLEWLWYD_ACCESS_TOKEN_SECONDS": String(accessTokenSeconds)]
         )
@@ -148,7 +148,7 @@ struct Glewlwyd {
     }
 
     func stop() async {
-        _ = try? await runTool(packageRoot + "/scripts/glewlwyd/stop.sh", [self.folder])
+        _ = try? await runTool(packageRoot + "/Tests/Support/glewlwyd/stop.sh", [self.folder])
     }
 
     /// Runs `body` with a fresh provider and stops it afterwards, whatever happens.
@@ -171,7 +171,7 @@ struct Glewlwyd {
             "--scope", "openid offline_access profile email",
         ]
         if let secret { arguments += ["--client-secret", secret] }
-        let result = try await runTool(packageRoot + "/scripts/glewlwyd/login.py", arguments)
+        let result = try await runTool(packageRoot + "/Tests/Support/glewlwyd/login.py", arguments)
         guard result.status == 0,
             let object = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
         else { throw ToolFailure(message: "login failed: \(result.stderr)") }
@@ -181,7 +181,7 @@ struct Glewlwyd {
     /// Revokes a token at the provider (RFC 7009).
     func revoke(_ token: String, client: String, secret: String) async throws {
         let result = try await runTool(
-            packageRoot + "/scripts/glewlwyd/introspect.py",
+            packageRoot + "/Tests/Support/glewlwyd/introspect.py",
             ["--issuer", self.issuer, "--client-id", client, "--client-secret", secret, "--revoke"],
             input: token
         )

@@ -4,7 +4,7 @@ import Testing
 import VaultCrypto
 import VaultStore
 
-/// A private, headless Secret Service (scripts/keyring/session.sh): its own
+/// A private, headless Secret Service (Tests/Support/keyring/session.sh): its own
 /// session bus and a gnome-keyring with an unlocked `login` collection.
 struct KeyringSession: Sendable {
     let folder: String
@@ -14,7 +14,7 @@ struct KeyringSession: Sendable {
     /// The session of the suite running now (see `PrivateKeyring`).
     @TaskLocal static var current: KeyringSession?
 
-    static let script = keyringPackageRoot + "/scripts/keyring/session.sh"
+    static let script = keyringPackageRoot + "/Tests/Support/keyring/session.sh"
 
     /// Starts a session and points this process's libsecret at it.
     ///

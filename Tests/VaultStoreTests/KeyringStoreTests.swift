@@ -4,7 +4,7 @@ import VaultCrypto
 @testable import VaultStore
 
 /// The keyring backend against a real gnome-keyring on a private session bus
-/// (scripts/keyring/session.sh), checked with the real secret-tool.
+/// (Tests/Support/keyring/session.sh), checked with the real secret-tool.
 /// Serialized: one test locks the collection every other test uses.
 @Suite(.serialized, .privateKeyring)
 struct KeyringStoreTests {

@@ -2,9 +2,9 @@
 # A private, headless Secret Service for tests: its own session bus and a
 # gnome-keyring whose `login` keyring is the default collection, unlocked.
 #
-#   scripts/keyring/session.sh start DIR       start; prints the bus address
-#   scripts/keyring/session.sh stop DIR        stop the keyring and the bus
-#   scripts/keyring/session.sh run DIR CMD...  start, run CMD inside, stop
+#   Tests/Support/keyring/session.sh start DIR       start; prints the bus address
+#   Tests/Support/keyring/session.sh stop DIR        stop the keyring and the bus
+#   Tests/Support/keyring/session.sh run DIR CMD...  start, run CMD inside, stop
 #
 # and, for tests, on a running session:
 #   lock DIR             lock the default collection (Secret Service Lock)
