@@ -46,6 +46,7 @@ let package = Package(
             name: "VaultStore",
             dependencies: [
                 "VaultCrypto",
+                "VaultProtocol",
                 "CLibSecret",
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],

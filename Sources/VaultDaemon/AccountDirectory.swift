@@ -1,7 +1,7 @@
 import FoundationEssentials
 public import NIOPosix
 public import VaultProtocol
-public import VaultStore
+import VaultStore
 
 /// The account configurations, kept in one JSON file a person can read and
 /// edit (`accounts.json`). Secrets never go here.
@@ -37,7 +37,7 @@ public struct AccountDirectory: Sendable {
         do {
             bytes = try FileSystem.read(self.path, limit: 4 << 20)
         } catch {
-            throw VaultError(.internalError, error.message)
+            throw VaultError(error)
         }
         guard let bytes else { return nil }
         do {
@@ -77,6 +77,6 @@ public struct AccountDirectory: Sendable {
         } catch {
             throw VaultError(.internalError, "the I/O thread pool has stopped")
         }
-        if let failure { throw VaultError(.internalError, failure.message) }
+        if let failure { throw VaultError(failure) }
     }
 }

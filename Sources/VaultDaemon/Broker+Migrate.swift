@@ -7,19 +7,20 @@ extension Broker {
     /// time: written to the target, read back and compared, and only then
     /// removed from the source, so no token is ever in neither. The daemon
     /// then uses the target, and accounts.json records it for the next start.
-    public func migrate(to name: String) async throws(VaultError) -> MigrationResult {
+    public func migrate(to name: Backend) async throws(VaultError) -> MigrationResult {
         let source = self.store
-        guard source.backend.rawValue != name else {
+        guard source.backend != name else {
             return MigrationResult(from: name, to: name, moved: [])
         }
-        guard let index = self.alsoWipe.firstIndex(where: { $0.backend.rawValue == name }) else {
+        guard let index = self.alsoWipe.firstIndex(where: { $0.backend == name }) else {
             throw VaultError(
                 .badRequest,
-                "the \(name) backend is not available to this vaultd\(name == "keyring" ? "; run it in a desktop session with a Secret Service" : "")"
+                "the \(name) backend is not available to this vaultd\(name == .keyring ? "; run it in a desktop session with a Secret Service" : "")"
             )
         }
         let target = self.alsoWipe[index]
-        if source.isLocked || target.isLocked { throw self.currentLockedError }
+        try self.requireUnlocked()
+        if target.isLocked { throw VaultError.vaultLocked }
         // One turn of the store queue: no save or remove runs between the
         // copy and the switch, and those asked meanwhile go to the target.
         let moving = self.storeQueue.enqueue { () async -> Result<[String], VaultError> in
@@ -27,8 +28,8 @@ extension Broker {
         }
         let moved = try await moving.value.get()
         try await self.saveDirectory()
-        self.logger.notice("secrets migrated", metadata: ["from": "\(source.backend.rawValue)", "to": "\(name)", "accounts": "\(moved.count)"])
-        return MigrationResult(from: source.backend.rawValue, to: name, moved: moved)
+        self.logger.notice("secrets migrated", metadata: ["from": "\(source.backend.rawValue)", "to": "\(name.rawValue)", "accounts": "\(moved.count)"])
+        return MigrationResult(from: source.backend, to: name, moved: moved)
     }
 
     private func move(from source: any SecretStore, to target: any SecretStore, backendIndex index: Int) async -> Result<[String], VaultError> {
@@ -50,7 +51,8 @@ extension Broker {
                 return .failure(
                     VaultError(
                         .internalError,
-                        "migration stopped at '\(account)' (\(error.message)); accounts before it are in \(name), the rest are still in \(source.backend.rawValue)"
+                        "migration stopped at '\(account)' (\(error.message)); accounts before it are in \(name), the rest are still in \(source.backend.rawValue); "
+                            + "once the cause is fixed, run the same vaultctl migrate again"
                     )
                 )
             }

@@ -17,8 +17,8 @@ extension Broker {
     /// The account a flow signs in to; refused while the vault is locked,
     /// since the new refresh token could not be stored.
     func signInAccount(_ name: String) throws(VaultError) -> SignInAccount {
-        guard let account = self.accounts[name] else { throw Self.unknownAccount(name) }
-        if self.store.isLocked { throw self.currentLockedError }
+        guard let account = self.accounts[name] else { throw VaultError.unknownAccount(name) }
+        try self.requireUnlocked()
         return SignInAccount(
             configuration: account.configuration,
             client: ClientCredentials(clientID: account.configuration.clientID, secret: account.secrets.clientSecret),
@@ -31,7 +31,7 @@ extension Broker {
         do {
             return try await self.oidc.metadata(for: account.configuration.issuer, now: self.clock.now())
         } catch {
-            throw Self.wire(error, account: account.configuration.name)
+            throw VaultError(error, account: account.configuration.name)
         }
     }
 
@@ -48,7 +48,7 @@ extension Broker {
         nonce: String?,
         metadata: ProviderMetadata
     ) async throws(VaultError) -> String? {
-        guard let account = self.accounts[name] else { throw Self.unknownAccount(name) }
+        guard let account = self.accounts[name] else { throw VaultError.unknownAccount(name) }
         let configuration = account.configuration
         let client = ClientCredentials(clientID: configuration.clientID, secret: account.secrets.clientSecret)
         guard account.generation == generation else {
@@ -74,10 +74,10 @@ extension Broker {
                 )
             } catch {
                 self.logger.warning("ID token refused at sign-in", metadata: ["account": "\(name)", "reason": "\(error)"])
-                throw Self.wire(error, account: name)
+                throw VaultError(error, account: name)
             }
         }
-        guard self.accounts[name] != nil else { throw Self.unknownAccount(name) }
+        guard self.accounts[name] != nil else { throw VaultError.unknownAccount(name) }
         guard self.accounts[name]?.generation == generation else {
             throw self.discard(name, rotated: refreshToken, client: client, metadata: metadata)
         }
@@ -87,7 +87,7 @@ extension Broker {
             try await self.stored { store throws(StoreError) in try await store.save(secrets, for: name) }
         } catch {
             self.logger.error("signed-in refresh token not saved", metadata: ["account": "\(name)", "reason": "\(error.message)"])
-            throw Self.wire(error)
+            throw VaultError(error)
         }
         // A sign-out meanwhile removed it again after this save (the store keeps their order).
         guard self.accounts[name]?.generation == generation else {

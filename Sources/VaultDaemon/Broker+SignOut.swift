@@ -11,7 +11,7 @@ extension Broker {
         var name: String
         var configuration: AccountConfiguration
         var secrets: AccountSecrets
-        var wiped: [String]
+        var wiped: [SecretPlace]
         /// Copies that could not be removed, in words.
         var failures: [String] = []
         var notified: Int
@@ -45,7 +45,7 @@ extension Broker {
             let (receipt, notified) = try await self.signOut(name)
             return SignOutResult(accounts: [receipt], notified: notified)
         case .all:
-            if self.store.isLocked { throw self.currentLockedError }
+            try self.requireUnlocked()
             var wipes: [Wipe] = []
             for name in self.accounts.keys.sorted() {
                 guard let wipe = try? await self.wipe(name) else { continue }
@@ -68,15 +68,15 @@ extension Broker {
     /// may hold a copy, then the subscribers. The client secret is the
     /// application's, not the user's: it stays in the configured store.
     private func wipe(_ name: String) async throws(VaultError) -> Wipe {
-        guard let account = self.accounts[name] else { throw Self.unknownAccount(name) }
-        if self.store.isLocked { throw self.currentLockedError }
+        guard let account = self.accounts[name] else { throw VaultError.unknownAccount(name) }
+        try self.requireUnlocked()
         let secrets = account.secrets
         let spending = account.spending?.task
         self.forgetSecrets(of: name)
         let kept = secrets.clientSecret.map { AccountSecrets(clientSecret: $0) }
         if let kept { self.accounts[name]?.secrets = kept }
         var wipe = Wipe(
-            name: name, configuration: account.configuration, secrets: secrets, wiped: ["memory"], notified: 0, spending: spending
+            name: name, configuration: account.configuration, secrets: secrets, wiped: [.memory], notified: 0, spending: spending
         )
         let configured = self.store.backend
         for store in [self.store] + self.alsoWipe {
@@ -91,7 +91,7 @@ extension Broker {
                     }
                     return held.map { $0.refreshToken != nil || $0.idToken != nil || keep == nil } ?? false
                 }
-                if held { wipe.wiped.append(store.backend.rawValue) }
+                if held { wipe.wiped.append(SecretPlace(store.backend)) }
             } catch {
                 self.logger.error("secrets not removed", metadata: ["account": "\(name)", "backend": "\(store.backend.rawValue)", "reason": "\(error.message)"])
                 wipe.failures.append("its \(store.backend.rawValue) copy could not be removed: \(error.message)")
@@ -105,7 +105,7 @@ extension Broker {
     /// off the actor; the account is already wiped.
     private nonisolated func revoke(_ wipe: Wipe) async -> SignOutReceipt {
         let name = wipe.name
-        var revoked = "no"
+        var revoked = Revocation.no
         var reasons = wipe.failures
         var endSession: String?
         let client = ClientCredentials(clientID: wipe.configuration.clientID, secret: wipe.secrets.clientSecret)
@@ -114,17 +114,17 @@ extension Broker {
             do {
                 let metadata = try await self.oidc.metadata(for: wipe.configuration.issuer, now: self.clock.now())
                 let outcome = await self.oidc.revoke(refreshToken: refreshToken, client: client, metadata: metadata)
-                revoked = outcome.0.rawValue
+                revoked = outcome.0
                 if let reason = outcome.reason { reasons.append(reason) }
                 endSession = self.oidc.endSessionURL(metadata: metadata, clientID: wipe.configuration.clientID, idToken: wipe.secrets.idToken)
             } catch {
-                revoked = Revocation.failed.rawValue
-                reasons.append(Self.wire(error, account: name).message)
+                revoked = .failed
+                reasons.append(VaultError(error, account: name).message)
             }
         }
         self.logger.notice(
             "signed out",
-            metadata: ["account": "\(name)", "revoked": "\(revoked)", "wiped": "\(wipe.wiped)", "notified": "\(wipe.notified)"]
+            metadata: ["account": "\(name)", "revoked": "\(revoked.rawValue)", "wiped": "\(wipe.wiped.map(\.rawValue))", "notified": "\(wipe.notified)"]
         )
         return SignOutReceipt(
             name: name,

@@ -36,7 +36,7 @@ extension Broker {
     /// seconds, else from exactly one refresh per account and scope set.
     public func token(_ request: TokenRequest, for peer: Peer) async throws(VaultError) -> TokenResult {
         let name = request.account
-        guard let account = self.accounts[name] else { throw Self.unknownAccount(name) }
+        guard let account = self.accounts[name] else { throw VaultError.unknownAccount(name) }
         try Self.checkAllowed(account.configuration, peer: peer)
         let scopes = request.scopes ?? account.configuration.scopes
         let key = TokenCache.key(scopes)
@@ -51,7 +51,7 @@ extension Broker {
         try self.checkSignedIn(name)
         if let wait = self.accounts[name].map({ $0.backoff.notBefore - now }), wait > 0 {
             if let cached = cachedToken, cached.expiresAt > now { return cached.result(now: now) }
-            throw Self.unavailable(name, reason: "the last attempt failed", retryAfter: wait)
+            throw VaultError.idpUnavailable(name, reason: "the last attempt failed", retryAfter: wait)
         }
         let refresh = self.accounts[name]?.refreshing[key]?.task ?? self.startRefresh(name, key: key, scopes: request.scopes)
         self.accounts[name]?.waiting += 1
@@ -124,7 +124,7 @@ extension Broker {
     /// in its `allowed_clients`. Every release is an audit line (who, when,
     /// which account; never the token).
     public func releaseRefreshToken(account name: String, for peer: Peer) throws(VaultError) -> RefreshTokenResult {
-        guard let account = self.accounts[name] else { throw Self.unknownAccount(name) }
+        guard let account = self.accounts[name] else { throw VaultError.unknownAccount(name) }
         let configuration = account.configuration
         guard configuration.releaseRefreshToken else {
             self.logger.notice("refresh token withheld", metadata: peer.auditMetadata.merging(["account": "\(name)"]) { $1 })
@@ -136,7 +136,7 @@ extension Broker {
         }
         try self.checkSignedIn(name)
         guard let refreshToken = self.accounts[name]?.secrets.refreshToken else {
-            throw Self.notSignedIn(name)
+            throw VaultError.notSignedIn(name)
         }
         self.logger.notice("refresh token released", metadata: peer.auditMetadata.merging(["account": "\(name)"]) { $1 })
         return RefreshTokenResult(refreshToken: refreshToken)
@@ -144,7 +144,7 @@ extension Broker {
 
     /// `claims`: the account's last validated ID token.
     public func claims(account name: String, for peer: Peer) throws(VaultError) -> ClaimsResult {
-        guard let account = self.accounts[name] else { throw Self.unknownAccount(name) }
+        guard let account = self.accounts[name] else { throw VaultError.unknownAccount(name) }
         try Self.checkAllowed(account.configuration, peer: peer)
         try self.checkSignedIn(name)
         guard let claims = account.claims else {
@@ -156,12 +156,12 @@ extension Broker {
     /// `userinfo`: the issuer's userinfo, fetched with a fresh access token.
     public func userinfo(account name: String, for peer: Peer) async throws(VaultError) -> UserinfoResult {
         let token = try await self.token(TokenRequest(account: name), for: peer)
-        guard let configuration = self.accounts[name]?.configuration else { throw Self.unknownAccount(name) }
+        guard let configuration = self.accounts[name]?.configuration else { throw VaultError.unknownAccount(name) }
         do {
             let metadata = try await self.oidc.metadata(for: configuration.issuer, now: self.clock.now())
             return UserinfoResult(userinfo: try await self.oidc.userinfo(accessToken: token.accessToken, metadata: metadata))
         } catch {
-            throw Self.wire(error, account: name)
+            throw VaultError(error, account: name)
         }
     }
 
@@ -174,18 +174,18 @@ extension Broker {
     /// sign-in (`generation`); if not, it keeps nothing and revokes what the
     /// issuer rotated.
     private func refresh(_ name: String, key: String, scope: String?, generation: Int) async -> Result<CachedToken, VaultError> {
-        guard self.accounts[name]?.generation == generation else { return .failure(Self.signedOutMeanwhile(name)) }
+        guard self.accounts[name]?.generation == generation else { return .failure(VaultError.signedOutMeanwhile(name)) }
         do {
             try self.checkSignedIn(name)
         } catch {
             return .failure(error)
         }
         guard let account = self.accounts[name], let refreshToken = account.secrets.refreshToken else {
-            return .failure(Self.notSignedIn(name))
+            return .failure(VaultError.notSignedIn(name))
         }
         // An earlier refresh of another scope set may have just failed.
         let wait = account.backoff.notBefore - self.clock.now()
-        guard wait <= 0 else { return .failure(Self.unavailable(name, reason: "the last attempt failed", retryAfter: wait)) }
+        guard wait <= 0 else { return .failure(VaultError.idpUnavailable(name, reason: "the last attempt failed", retryAfter: wait)) }
         let configuration = account.configuration
         let client = ClientCredentials(clientID: configuration.clientID, secret: account.secrets.clientSecret)
         let response: TokenResponse
@@ -236,7 +236,7 @@ extension Broker {
                 )
             } catch {
                 self.logger.warning("ID token refused", metadata: ["account": "\(name)", "reason": "\(error)"])
-                return .failure(Self.wire(error, account: name))
+                return .failure(VaultError(error, account: name))
             }
             guard self.accounts[name]?.generation == generation else {
                 return .failure(self.discard(name, rotated: rotated, client: client, metadata: metadata))
@@ -274,12 +274,12 @@ extension Broker {
             let oidc = self.oidc
             Task.detached { _ = await oidc.revoke(refreshToken: rotated, client: client, metadata: metadata) }
         }
-        return Self.signedOutMeanwhile(name)
+        return VaultError.signedOutMeanwhile(name)
     }
 
     private func failed(_ name: String, generation: Int, _ error: ProviderError) -> VaultError {
         // Signed out (or in anew) meanwhile: the old token's fate says nothing of the account now.
-        guard self.accounts[name]?.generation == generation else { return Self.signedOutMeanwhile(name) }
+        guard self.accounts[name]?.generation == generation else { return VaultError.signedOutMeanwhile(name) }
         switch error {
         case .invalidGrant:
             self.accounts[name]?.needsReauth = true
@@ -292,7 +292,7 @@ extension Broker {
         case .rejected, .untrusted:
             self.logger.warning("issuer refused", metadata: ["account": "\(name)", "reason": "\(error)"])
         }
-        var wire = Self.wire(error, account: name)
+        var wire = VaultError(error, account: name)
         if wire.code == .idpUnavailable, let notBefore = self.accounts[name]?.backoff.notBefore {
             wire.retryAfterMs = Seconds.milliseconds(notBefore - self.clock.now())
         }
@@ -302,64 +302,16 @@ extension Broker {
     // MARK: Rules
 
     private func checkSignedIn(_ name: String) throws(VaultError) {
-        guard let account = self.accounts[name] else { throw Self.unknownAccount(name) }
-        if self.store.isLocked { throw self.currentLockedError }
-        if account.needsReauth {
-            throw VaultError(
-                .reauthRequired,
-                "the issuer rejected the refresh token for '\(name)'; sign in again with: vaultctl signin \(name)"
-            )
-        }
-        guard account.secrets.refreshToken != nil else { throw Self.notSignedIn(name) }
-    }
-
-    static func notSignedIn(_ name: String) -> VaultError {
-        VaultError(.notSignedIn, "'\(name)' is not signed in; sign in with: vaultctl signin \(name)")
-    }
-
-    static func signedOutMeanwhile(_ name: String) -> VaultError {
-        VaultError(.notSignedIn, "'\(name)' was signed out meanwhile; sign in again with: vaultctl signin \(name)")
+        guard let account = self.accounts[name] else { throw VaultError.unknownAccount(name) }
+        try self.requireUnlocked()
+        if account.needsReauth { throw VaultError.reauthRequired(name) }
+        guard account.secrets.refreshToken != nil else { throw VaultError.notSignedIn(name) }
     }
 
     static func checkAllowed(_ configuration: AccountConfiguration, peer: Peer) throws(VaultError) {
         guard !configuration.allowedClients.isEmpty else { return }
         guard let exe = peer.executable, configuration.allowedClients.contains(exe) else {
-            throw Self.forbidden(configuration.name)
-        }
-    }
-
-    static func forbidden(_ name: String) -> VaultError {
-        VaultError(.forbidden, "this program may not use '\(name)'; see its allowed_clients")
-    }
-
-    static func unavailable(_ name: String, reason: String, retryAfter: Double) -> VaultError {
-        let milliseconds = Seconds.milliseconds(retryAfter)
-        return VaultError(
-            .idpUnavailable,
-            "the issuer of '\(name)' cannot be reached (\(reason)); try again in \((milliseconds + 999) / 1000) s",
-            retryAfterMs: milliseconds
-        )
-    }
-
-    /// The one place issuer errors become wire errors.
-    static func wire(_ error: ProviderError, account name: String) -> VaultError {
-        switch error {
-        case .invalidGrant:
-            VaultError(
-                .reauthRequired,
-                "the issuer rejected the refresh token for '\(name)'; sign in again with: vaultctl signin \(name)"
-            )
-        case .unavailable(let reason, let retryAfter):
-            Self.unavailable(name, reason: reason, retryAfter: Double(retryAfter ?? 1))
-        case .rejected(let error, let description):
-            VaultError(
-                .idpError,
-                "the issuer of '\(name)' refused: \(error)",
-                error: error,
-                errorDescription: description
-            )
-        case .untrusted(let reason):
-            VaultError(.idpError, "the issuer of '\(name)' sent an answer tokenvault does not trust: \(reason)", error: "untrusted_response")
+            throw VaultError.forbidden(configuration.name)
         }
     }
 }

@@ -102,7 +102,7 @@ public actor Broker {
             do {
                 secrets = try await self.stored { store throws(StoreError) in try await store.load(name) }
             } catch {
-                throw Self.wire(error)
+                throw VaultError(error)
             }
             // A sign-in or sign-out meanwhile knows better than what was read.
             guard self.accounts[name]?.generation == generation else { continue }
@@ -121,7 +121,7 @@ public actor Broker {
                 + "(log in to the desktop session, then run: vaultctl unlock --no-passphrase)"
         }
         return StatusResult(
-            backend: self.store.backend.rawValue,
+            backend: self.store.backend,
             backendReason: reason,
             locked: self.store.isLocked,
             keySource: self.keySource?.name,
@@ -152,9 +152,7 @@ public actor Broker {
             )
         }
         let secrets = AccountSecrets(refreshToken: addition.refreshToken, clientSecret: addition.clientSecret)
-        if !secrets.isEmpty && self.store.isLocked {
-            throw self.currentLockedError
-        }
+        if !secrets.isEmpty { try self.requireUnlocked() }
         // Claim the name before the first suspension, so a concurrent add of
         // the same name fails instead of racing; the secrets are queued before
         // anything else can queue a removal of them.
@@ -166,7 +164,7 @@ public actor Broker {
                 do {
                     try await self.stored { store throws(StoreError) in try await store.save(secrets, for: name) }
                 } catch {
-                    throw Self.wire(error)
+                    throw VaultError(error)
                 }
             }
             try await self.saveDirectory()
@@ -199,8 +197,8 @@ public actor Broker {
     /// Signs the account out (revoking its refresh token), then forgets it
     /// and whatever secret it still had (a client secret).
     public func remove(_ name: String) async throws(VaultError) -> RemovalResult {
-        guard self.accounts[name] != nil else { throw Self.unknownAccount(name) }
-        var receipt = SignOutReceipt(name: name, revoked: "no", wiped: ["memory"])
+        guard self.accounts[name] != nil else { throw VaultError.unknownAccount(name) }
+        var receipt = SignOutReceipt(name: name, revoked: .no, wiped: [.memory])
         if !self.store.isLocked {
             receipt = try await self.signOut(name).0
         }
@@ -209,16 +207,16 @@ public actor Broker {
         for store in [self.store] + self.alsoWipe {
             do {
                 if try await self.stored({ _ throws(StoreError) in try await store.remove(name) }) {
-                    wiped.insert(store.backend.rawValue)
+                    wiped.insert(SecretPlace(store.backend))
                 }
             } catch {
-                throw Self.wire(error)
+                throw VaultError(error)
             }
         }
         self.accounts[name] = nil
         self.cache.remove(account: name)
         try await self.saveDirectory()
-        let places = ["memory", "file", "keyring"].filter(wiped.contains)
+        let places = SecretPlace.allCases.filter(wiped.contains)
         self.logger.info("account removed", metadata: ["account": "\(name)", "wiped": "\(places)"])
         return RemovalResult(account: name, wiped: places, revoked: receipt.revoked)
     }
@@ -234,7 +232,7 @@ public actor Broker {
             try await self.store.unlock(passphrase: passphrase)
         } catch {
             self.logger.notice("unlock refused", metadata: ["reason": "\(error.kind)"])
-            throw Self.wire(error)
+            throw VaultError(error)
         }
         self.logger.notice("vault unlocked")
         try await self.loadSecrets()
@@ -297,33 +295,13 @@ public actor Broker {
         }
     }
 
-    static let lockedError = VaultError(.locked, "the vault is locked; unlock it with: vaultctl unlock")
-
     /// Why the keyring that holds the secrets cannot be reached, while it cannot.
     var keyringUnreachable: String? { (self.store as? KeyringStore)?.unreachable }
 
-    /// `lockedError`, or, while the keyring holding the secrets cannot be
-    /// reached, an error that says so: still `locked`, as the remedy is the
-    /// same (make the secrets reachable, then `vaultctl unlock`).
-    var currentLockedError: VaultError {
-        guard let unreachable = self.keyringUnreachable else { return Self.lockedError }
-        return VaultError(
-            .locked,
-            "the secrets are in the desktop keyring, which vaultd cannot reach (\(unreachable)); "
-                + "log in to the desktop session, then run: vaultctl unlock --no-passphrase"
-        )
-    }
-
-    static func unknownAccount(_ name: String) -> VaultError {
-        VaultError(.unknownAccount, "there is no account named '\(name)'; see: vaultctl account list")
-    }
-
-    /// The one place store errors become wire errors.
-    static func wire(_ error: StoreError) -> VaultError {
-        switch error.kind {
-        case .locked: Self.lockedError
-        case .wrongKey: VaultError(.invalidCredentials, "that passphrase does not open the vault")
-        case .keySource, .corrupt, .foreign, .io, .unavailable: VaultError(.internalError, error.message)
-        }
+    /// The one lock check: throws `locked` while the configured store cannot
+    /// read or write, saying why (a locked vault, or a keyring out of reach).
+    func requireUnlocked() throws(VaultError) {
+        guard self.store.isLocked else { return }
+        throw self.keyringUnreachable.map(VaultError.keyringUnreachable) ?? .vaultLocked
     }
 }

@@ -95,7 +95,7 @@ public struct Dispatcher: Sendable {
                 self.audit(token.account, peer)
                 return .ready(Response(id: id, result))
             case .forbidden:
-                return .ready(Response(id: id, error: Broker.forbidden(token.account)))
+                return .ready(Response(id: id, error: VaultError.forbidden(token.account)))
             case .miss:
                 return self.later(id) { () throws(VaultError) in try await self.releaseToken(token, peer) }
             }

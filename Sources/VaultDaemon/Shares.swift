@@ -40,7 +40,7 @@ public actor Shares {
     public var isEmpty: Bool { self.entries.isEmpty }
 
     func open(_ request: ShareOpen, known: Set<String>, dispatcher: Dispatcher) async throws(VaultError) -> ShareResult {
-        for name in request.accounts where !known.contains(name) { throw Broker.unknownAccount(name) }
+        for name in request.accounts where !known.contains(name) { throw VaultError.unknownAccount(name) }
         guard !self.entries.values.contains(where: { $0.result.socket == request.socket }) else {
             throw VaultError(.badRequest, "a share already serves \(request.socket); close it with: vaultctl unshare \(request.socket)")
         }

@@ -403,7 +403,7 @@ public actor SignIns {
             {
                 throw self.keepOrFail(id, Self.wrongPassword)
             } catch {
-                throw self.keepOrFail(id, Broker.wire(error, account: flow.account))
+                throw self.keepOrFail(id, VaultError(error, account: flow.account))
             }
             return try await self.complete(id, response, nonce: nil, metadata: metadata)
         default:
@@ -452,7 +452,7 @@ public actor SignIns {
             )
         } catch {
             listener.close()
-            throw self.fail(id, Broker.wire(error, account: name))
+            throw self.fail(id, VaultError(error, account: name))
         }
         box.set(request)
         var result = SignInResult(flow: id, state: .openBrowser, account: name, method: .browser)
@@ -512,7 +512,7 @@ public actor SignIns {
             do {
                 response = try await self.oidc.exchangeCode(code, for: request, client: account.client, metadata: metadata)
             } catch {
-                throw Broker.wire(error, account: name)
+                throw VaultError(error, account: name)
             }
             let username = try await self.broker.completeSignIn(
                 name, generation: generation, response: response, nonce: request.nonce, metadata: metadata
@@ -538,7 +538,7 @@ public actor SignIns {
         do {
             device = try await self.oidc.deviceAuthorization(scope: scope, client: account.client, metadata: metadata)
         } catch {
-            throw self.fail(id, Broker.wire(error, account: name))
+            throw self.fail(id, VaultError(error, account: name))
         }
         guard self.flows[id] != nil else { throw Self.cancelled }
         var result = SignInResult(flow: id, state: .deviceCode, account: name, method: .device)
@@ -850,7 +850,7 @@ public actor SignIns {
                     error: "unsupported"
                 )
             }
-            return Broker.wire(provider, account: name)
+            return VaultError(provider, account: name)
         case .refused(let error, let suberror, let code):
             switch (error, suberror, code) {
             case ("user_not_found", _, _), ("invalid_grant", nil, 50034):
@@ -919,7 +919,7 @@ struct DevicePolling: Sendable {
         case .rejected(error: "expired_token", _):
             return VaultError(.codeExpired, "the device code expired; start again with: vaultctl signin \(name) --device")
         default:
-            return Broker.wire(error, account: name)
+            return VaultError(error, account: name)
         }
     }
 }

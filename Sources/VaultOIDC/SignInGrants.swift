@@ -1,7 +1,7 @@
 import FoundationEssentials
 import NIOHTTP1
 public import VaultCrypto
-import VaultProtocol
+public import VaultProtocol
 
 /// One authorization request (RFC 6749 §4.1, RFC 7636, RFC 8252): the URL to
 /// open and what the answer must match. The verifier never leaves here.
@@ -191,15 +191,6 @@ extension JSONValue {
 }
 
 /// What became of a revocation request (RFC 7009).
-public enum Revocation: String, Sendable {
-    /// The issuer answered 200: the token is dead.
-    case yes
-    /// The issuer has no revocation endpoint.
-    case unsupported
-    /// The issuer could not be reached, or refused.
-    case failed
-}
-
 extension OIDCClient {
     /// Revokes a refresh token at the issuer (RFC 7009 §2.1), with client
     /// authentication where the client has a secret.

@@ -41,8 +41,7 @@ extension Request: Decodable {
         case .userinfo: return .userinfo(account: try c.decode(String.self, forKey: .account))
         case .refreshToken: return .refreshToken(account: try c.decode(String.self, forKey: .account))
         case .migrate:
-            let target = try c.decode(String.self, forKey: .to)
-            guard target == "file" || target == "keyring" else {
+            guard let target = Backend(rawValue: try c.decode(String.self, forKey: .to)) else {
                 throw VaultError(.badRequest, "'to' is file or keyring")
             }
             return .migrate(to: target)

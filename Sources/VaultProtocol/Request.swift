@@ -34,7 +34,7 @@ public enum Command: Sendable {
     case signout(SignOutTarget)
     case refreshToken(account: String)
     /// Moves every account's secrets to the backend named `to` (`file` or `keyring`).
-    case migrate(to: String)
+    case migrate(to: Backend)
     case shareOpen(ShareOpen)
     case shareList
     case shareClose(ShareTarget)

@@ -59,14 +59,14 @@ public struct HelloResult: ResultPayload, Equatable {
 
 /// `status`.
 public struct StatusResult: ResultPayload, Equatable {
-    public var backend: String
+    public var backend: Backend
     /// Why that backend: what `auto` found, or that it was asked for.
     public var backendReason: String?
     public var locked: Bool
     public var keySource: String?
     public var accounts: [AccountStatus]
 
-    public init(backend: String, backendReason: String? = nil, locked: Bool, keySource: String?, accounts: [AccountStatus]) {
+    public init(backend: Backend, backendReason: String? = nil, locked: Bool, keySource: String?, accounts: [AccountStatus]) {
         self.backend = backend
         self.backendReason = backendReason
         self.locked = locked
@@ -148,11 +148,11 @@ public struct AccountResult: ResultPayload, Equatable {
 /// `account.remove`: which places the account's secrets were wiped from, and whether its refresh token was revoked.
 public struct RemovalResult: ResultPayload, Equatable {
     public var account: String
-    public var wiped: [String]
+    public var wiped: [SecretPlace]
     /// As in `signout`: whether the refresh token was revoked at the issuer.
-    public var revoked: String?
+    public var revoked: Revocation?
 
-    public init(account: String, wiped: [String], revoked: String? = nil) {
+    public init(account: String, wiped: [SecretPlace], revoked: Revocation? = nil) {
         self.account = account
         self.wiped = wiped
         self.revoked = revoked

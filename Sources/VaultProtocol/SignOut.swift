@@ -7,17 +7,15 @@ public enum SignOutTarget: Sendable, Equatable {
 /// What `signout` did for one account's copies of its tokens.
 public struct SignOutReceipt: Codable, Sendable, Equatable {
     public var name: String
-    /// `yes`, `no` (nothing to revoke), `unsupported` (no revocation
-    /// endpoint) or `failed` (the issuer could not be reached or refused).
-    public var revoked: String
+    public var revoked: Revocation
     /// Why revocation failed, when it did.
     public var reason: String?
-    /// Every place a secret was removed from: `memory`, `file`, `keyring`.
-    public var wiped: [String]
+    /// Every place a secret was removed from.
+    public var wiped: [SecretPlace]
     /// Where to end the browser session the issuer may still hold.
     public var endSessionURL: String?
 
-    public init(name: String, revoked: String, reason: String? = nil, wiped: [String], endSessionURL: String? = nil) {
+    public init(name: String, revoked: Revocation, reason: String? = nil, wiped: [SecretPlace], endSessionURL: String? = nil) {
         self.name = name
         self.revoked = revoked
         self.reason = reason
@@ -45,11 +43,11 @@ public struct SignOutResult: ResultPayload, Equatable {
 
 /// `migrate`: where the secrets were and are, and which accounts moved.
 public struct MigrationResult: ResultPayload, Equatable {
-    public var from: String
-    public var to: String
+    public var from: Backend
+    public var to: Backend
     public var moved: [String]
 
-    public init(from: String, to: String, moved: [String]) {
+    public init(from: Backend, to: Backend, moved: [String]) {
         self.from = from
         self.to = to
         self.moved = moved

@@ -3,6 +3,7 @@ import Dispatch
 public import NIOPosix
 import Synchronization
 public import VaultCrypto
+public import VaultProtocol
 
 /// The `keyring` backend: one Secret Service item per account in the default
 /// collection (gnome-keyring's `login`, or KeePassXC's or KWallet's), with the
@@ -252,7 +253,7 @@ public final class KeyringStore: SecretStore {
         _ body: @escaping @Sendable (KeyringCall) throws(StoreError) -> T
     ) async throws(StoreError) -> T {
         if honouringLock && self.state.withLock({ $0.held }) {
-            throw StoreError(.locked, "the vault is locked; unlock it with: vaultctl unlock")
+            throw StoreError(.locked, "the vault is locked")
         }
         let timeout = timeout ?? self.timeout
         let services = self.services
@@ -404,8 +405,7 @@ private final class KeyringCall {
         self.observedLocked = true
         return StoreError(
             .locked,
-            "the keyring's default collection is locked; unlock it in your desktop session "
-                + "(for example in Seahorse), then run: vaultctl unlock"
+            "the keyring's default collection is locked (it unlocks in the desktop session, for example in Seahorse)"
         )
     }
 

@@ -2,6 +2,7 @@ import Glibc
 public import NIOPosix
 import Synchronization
 public import VaultCrypto
+public import VaultProtocol
 
 /// Where the file backend's key comes from.
 public enum KeySource: Hashable, Sendable {
@@ -189,7 +190,7 @@ public final class SealedFileStore: SecretStore {
 
     private static func unlocked(_ state: State) throws(StoreError) -> (SecretBytes, VaultFile) {
         guard let key = state.key, let file = state.file else {
-            throw StoreError(.locked, "the vault is locked; unlock it with: vaultctl unlock")
+            throw StoreError(.locked, "the vault is locked")
         }
         return (key, file)
     }

@@ -1,10 +1,5 @@
 public import VaultCrypto
-
-/// Which backend holds the secrets; the names are the wire names of `status.backend`.
-public enum Backend: String, Hashable, Sendable, CaseIterable {
-    case file
-    case keyring
-}
+public import VaultProtocol
 
 /// The secrets of one account: everything about it that must not be readable
 /// at rest. Everything else (issuer, client id, scopes) is configuration.

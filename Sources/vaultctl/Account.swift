@@ -64,8 +64,8 @@ struct Account: ParsableCommand {
                 let reply = try vault.send(.accountRemove(name: self.name))
                 if self.connection.json { return self.connection.printJSON(reply) }
                 let removal = try Output.field(RemovalResult.self, of: reply)
-                let revoked = removal.revoked == "yes" ? "; refresh token revoked at the issuer" : ""
-                Output.line("removed \(removal.account); secrets wiped from: \(removal.wiped.joined(separator: ", "))\(revoked)")
+                let revoked = removal.revoked == .yes ? "; refresh token revoked at the issuer" : ""
+                Output.line("removed \(removal.account); secrets wiped from: \(removal.wiped.map(\.rawValue).joined(separator: ", "))\(revoked)")
             }
         }
     }

@@ -1,4 +1,4 @@
-import ArgumentParser
+public import ArgumentParser
 import VaultClient
 import VaultProtocol
 
@@ -47,7 +47,7 @@ struct SignOut: ParsableCommand {
             let result = try Output.field(SignOutResult.self, of: reply)
             if result.accounts.isEmpty { Output.line("no accounts to sign out of") }
             for receipt in result.accounts {
-                Output.line("signed out of \(receipt.name): \(Self.revocation(receipt)); wiped from \(receipt.wiped.joined(separator: ", "))")
+                Output.line("signed out of \(receipt.name): \(Self.revocation(receipt)); wiped from \(receipt.wiped.map(\.rawValue).joined(separator: ", "))")
                 if let url = receipt.endSessionURL { self.endSession(url) }
             }
             let programs = result.notified == 1 ? "1 subscribed program was" : "\(result.notified) subscribed programs were"
@@ -70,10 +70,10 @@ struct SignOut: ParsableCommand {
 
     private static func revocation(_ receipt: SignOutReceipt) -> String {
         switch receipt.revoked {
-        case "yes": "refresh token revoked at the issuer"
-        case "no": "was not signed in"
-        case "unsupported": "the issuer offers no revocation; the refresh token lives until it expires"
-        default: "revocation failed (\(receipt.reason ?? "no reason given")); the refresh token may live until it expires"
+        case .yes: "refresh token revoked at the issuer"
+        case .no: "was not signed in"
+        case .unsupported: "the issuer offers no revocation; the refresh token lives until it expires"
+        case .failed: "revocation failed (\(receipt.reason ?? "no reason given")); the refresh token may live until it expires"
         }
     }
 }
@@ -88,26 +88,24 @@ struct Migrate: ParsableCommand {
             """
     )
 
-    enum Target: String, ExpressibleByArgument, CaseIterable {
-        case file, keyring
-    }
-
     @OptionGroup var connection: Connection
 
     @Option(help: "Where the secrets go: file or keyring.")
-    var to: Target
+    var to: Backend
 
     func run() throws {
         try self.connection.run { (vault) throws(VaultError) in
-            let reply = try vault.send(.migrate(to: self.to.rawValue))
+            let reply = try vault.send(.migrate(to: self.to))
             if self.connection.json { return self.connection.printJSON(reply) }
             let result = try Output.field(MigrationResult.self, of: reply)
             if result.from == result.to {
-                Output.line("the secrets are already in the \(result.to) backend")
+                Output.line("the secrets are already in the \(result.to.rawValue) backend")
             } else {
                 let count = result.moved.count == 1 ? "1 account" : "\(result.moved.count) accounts"
-                Output.line("moved \(count) from \(result.from) to \(result.to)")
+                Output.line("moved \(count) from \(result.from.rawValue) to \(result.to.rawValue)")
             }
         }
     }
 }
+/// `vaultctl migrate --to file|keyring`.
+extension Backend: ExpressibleByArgument {}

@@ -44,7 +44,7 @@ struct Connection: ParsableArguments {
             try body(try VaultConnection(path: path))
         } catch {
             Output.error(error.message)
-            throw ExitCode(error.code.exitCode)
+            throw ExitCode(error.exitCode)
         }
     }
 
@@ -53,8 +53,23 @@ struct Connection: ParsableArguments {
     }
 }
 
+extension VaultError {
+    /// Exit codes follow sysexits(3); docs/protocol.md lists them.
+    var exitCode: Int32 {
+        switch (self.code, self.error) {
+        // The person signing in said no, in the browser or on the other device.
+        case (.idpError, "access_denied"): 77  // EX_NOPERM
+        // The issuer's answer broke the protocol's rules; nothing was kept.
+        case (.idpError, "untrusted_response"): 76  // EX_PROTOCOL
+        // The issuer refused, or does not offer what was asked.
+        case (.idpError, _): 69  // EX_UNAVAILABLE
+        default: self.code.exitCode
+        }
+    }
+}
+
 extension ErrorCode {
-    /// Exit codes follow sysexits(3).
+    /// Exit codes follow sysexits(3), by code alone.
     var exitCode: Int32 {
         switch self {
         case .badRequest, .unknownOp, .lineTooLong: 65  // EX_DATAERR
@@ -128,8 +143,8 @@ struct Status: ParsableCommand {
             let reply = try vault.send(.status)
             if self.connection.json { return self.connection.printJSON(reply) }
             let status = try Output.field(StatusResult.self, of: reply)
-            let key = status.backend == "file" ? status.keySource.map { ", key from \($0)" } ?? "" : ""
-            Output.line("vault: \(status.locked ? "locked" : "unlocked") (\(status.backend) backend\(key))")
+            let key = status.backend == .file ? status.keySource.map { ", key from \($0)" } ?? "" : ""
+            Output.line("vault: \(status.locked ? "locked" : "unlocked") (\(status.backend.rawValue) backend\(key))")
             if let reason = status.backendReason { Output.line("  \(reason)") }
             if status.accounts.isEmpty {
                 Output.line("no accounts; add one with: vaultctl account add NAME --issuer URL --client-id ID")

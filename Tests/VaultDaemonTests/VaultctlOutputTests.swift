@@ -212,7 +212,7 @@ struct VaultctlOutputTests {
         #expect(claims.stdout == "name: Ada\\u{1B}[8m\nsub\\r: 1\n", "\(claims.stdout)")
 
         let token = try await runTool("vaultctl", ["token", "work"], environment: env)
-        #expect(token.status == 70)
+        #expect(token.status == 69)  // idp_error: EX_UNAVAILABLE (docs/protocol.md)
         #expect(token.stderr == "vaultctl: error: the issuer refused: \\u{1B}[2Jgone\\nvaultctl: error: forged\n", "\(token.stderr)")
 
         // --json is the reply as it came, JSON-escaped already.

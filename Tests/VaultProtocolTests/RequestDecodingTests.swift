@@ -119,7 +119,7 @@ import VaultProtocol
             .signout(.account("w")),
             .signout(.all),
             .refreshToken(account: "w"),
-            .migrate(to: "keyring"),
+            .migrate(to: .keyring),
         ]
         for command in commands {
             let line = try LineCodec.line(for: Request(id: .number(1), command: command))

@@ -183,7 +183,7 @@ struct KeyringStoreTests {
         try await store.save(try self.secrets("rt-1"), for: account)
         await store.lock()
         #expect(store.isLocked)
-        await self.expectError(.locked, containing: "vaultctl unlock") { () throws(StoreError) in _ = try await store.load(account) }
+        await self.expectError(.locked, containing: "locked") { () throws(StoreError) in _ = try await store.load(account) }
         let next = try self.secrets("rt-2")
         await self.expectError(.locked) { () throws(StoreError) in try await store.save(next, for: account) }
         // The user's keyring is untouched.

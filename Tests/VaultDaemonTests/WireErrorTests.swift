@@ -1,0 +1,86 @@
+import Foundation
+import Testing
+@testable import VaultDaemon
+import VaultOIDC
+import VaultProtocol
+import VaultStore
+
+/// The map from failures to wire errors (WireErrors.swift): every error a
+/// person can meet says what happened and what to run next, and the lower
+/// layers leave the advice to it.
+@Suite struct WireErrorTests {
+    @Test(arguments: [
+        StoreError.Kind.locked, .wrongKey, .corrupt, .foreign, .io, .unavailable, .keySource,
+    ])
+    func everyStoreFailureSaysWhatToDo(kind: StoreError.Kind) {
+        let error = VaultError(StoreError(kind, "what happened"))
+        #expect(error.message.hasPrefix("what happened; "), "\(error.message)")
+        #expect(error.message.contains(": "), "names a next step: \(error.message)")
+        let code: ErrorCode =
+            switch kind {
+            case .locked: .locked
+            case .wrongKey: .invalidCredentials
+            default: .internalError
+            }
+        #expect(error.code == code)
+    }
+
+    @Test func aLockedStoreSaysHowToUnlock() {
+        #expect(VaultError(StoreError(.locked, "the vault is locked")).message == VaultError.vaultLocked.message)
+    }
+
+    /// A refusal keeps the issuer's own reason: "refused: unsupported" alone
+    /// tells nobody what to do.
+    @Test func aRefusalCarriesTheIssuersReasonAndTheNextStep() {
+        let error = VaultError(
+            ProviderError.rejected(error: "invalid_scope", description: "scope 'admin' is not allowed"),
+            account: "work"
+        )
+        #expect(error.code == .idpError)
+        #expect(error.error == "invalid_scope")
+        #expect(error.errorDescription == "scope 'admin' is not allowed")
+        #expect(error.message.contains("refused: invalid_scope (scope 'admin' is not allowed)"), "\(error.message)")
+        #expect(error.message.contains("vaultctl signin work"), "\(error.message)")
+    }
+
+    @Test func theRecurringErrorsNameTheirCommand() {
+        #expect(VaultError(ProviderError.invalidGrant, account: "work") == .reauthRequired("work"))
+        #expect(VaultError.reauthRequired("work").message.hasSuffix("vaultctl signin work"))
+        #expect(VaultError.notSignedIn("work").message.hasSuffix("vaultctl signin work"))
+        #expect(VaultError.signedOutMeanwhile("work").code == .notSignedIn)
+        #expect(VaultError.unknownAccount("work").message.hasSuffix("vaultctl account list"))
+        #expect(VaultError.keyringUnreachable("no session bus").message.hasSuffix("vaultctl unlock --no-passphrase"))
+        let unavailable = VaultError(ProviderError.unavailable(reason: "connection refused", retryAfterSeconds: 3), account: "work")
+        #expect(unavailable.code == .idpUnavailable && unavailable.retryAfterMs == 3_000)
+        #expect(unavailable.message.hasSuffix("try again in 3 s"))
+    }
+
+    /// The store says what happened and nothing about vaultctl: the command
+    /// line's advice is the daemon's wire layer's to add.
+    @Test func storeMessagesCarryNoCommandLineAdvice() throws {
+        let folder = URL(fileURLWithPath: packageRoot + "/Sources/VaultStore")
+        let files = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasSuffix(".swift") }
+        #expect(!files.isEmpty)
+        for file in files {
+            let text = try String(contentsOf: folder.appendingPathComponent(file), encoding: .utf8)
+            for (number, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated()
+            where line.contains("\"") && line.contains("vaultctl") {
+                Issue.record("\(file):\(number + 1) puts command-line advice in a store error: \(line)")
+            }
+        }
+    }
+
+    /// Wire values that are enums in the code are enums on the wire types,
+    /// and their strings are the documented ones.
+    @Test func receiptsAndStatusUseTheDocumentedStrings() throws {
+        let receipt = SignOutReceipt(name: "w", revoked: .unsupported, wiped: [.memory, .keyring])
+        let line = String(decoding: try JSONEncoder().encode(receipt), as: UTF8.self)
+        #expect(line.contains(#""revoked":"unsupported""#) && line.contains(#""wiped":["memory","keyring"]"#), "\(line)")
+        let removal = try JSONDecoder().decode(
+            RemovalResult.self, from: Data(#"{"account":"w","wiped":["memory","file"],"revoked":"failed"}"#.utf8))
+        #expect(removal.wiped == [.memory, .file] && removal.revoked == .failed)
+        #expect(Revocation(rawValue: "maybe") == nil)
+        #expect(Backend.allCases.map(\.rawValue) == ["file", "keyring"])
+        #expect(SecretPlace(.keyring) == .keyring)
+    }
+}
