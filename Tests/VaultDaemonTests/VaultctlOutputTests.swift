@@ -220,6 +220,31 @@ struct VaultctlOutputTests {
         #expect(json.stdout == #"{"id":1,"# + statusReply + "}\n", "\(json.stdout)")
     }
 
+    /// docs/protocol.md, Error codes: the exit code follows the error, and
+    /// for `idp_error` the issuer's own `error`.
+    @Test(arguments: [
+        ("idp_error", "access_denied", 77),
+        ("idp_error", "unsupported", 69),
+        ("idp_error", "untrusted_response", 76),
+        ("locked", nil, 77),
+        ("not_signed_in", nil, 67),
+        ("idp_unavailable", nil, 75),
+        ("internal", nil, 70),
+    ] as [(String, String?, Int32)])
+    func theExitCodeFollowsTheError(code: String, issuerError: String?, exit: Int32) async throws {
+        let folder = try temporaryFolder()
+        let detail = issuerError.map { #","error":"\#($0)","error_description":"the reason""# } ?? ""
+        let daemon = try ScriptedDaemon(
+            path: folder + "/s.sock",
+            replies: ["token": #""ok":false,"error":{"code":"\#(code)","message":"what happened; what to do"\#(detail)}"#]
+        )
+        defer { daemon.stop() }
+        let token = try await runTool("vaultctl", ["token", "work"], environment: ["TOKENVAULT_SOCKET": daemon.path])
+        #expect(token.status == exit, "\(code) \(issuerError ?? ""): \(token.status) \(token.stderr)")
+        #expect(token.stderr == "vaultctl: error: what happened; what to do\n", "\(token.stderr)")
+        #expect(token.stdout.isEmpty)
+    }
+
     @Test func signOutOpensTheSignOutPageAndPrintsItsAddressOnlyWhenAsked() async throws {
         let issuer = try await TestIssuer.start()
         let daemon = try DaemonProcess(folder: try temporaryFolder())
