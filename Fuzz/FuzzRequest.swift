@@ -33,8 +33,8 @@
 // libFuzzer calls in on one thread; `.pending` replies, and the broker's
 // start, run as tasks on the concurrency pool while that thread waits.
 //
-// Built with -D DECODE_ONLY, it is the `request-decode` harness: the line
-// cutting, decoding and round trip only, no broker.
+// The line cutting and the round trip are in RequestLines.swift, shared with
+// the decoder-only harness (FuzzRequestDecode.swift).
 //
 // Built and run by scripts/fuzz.sh; the corpus is Fuzz/corpus/request/.
 
@@ -51,14 +51,7 @@ import VaultStore
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzRequest(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
-    let input = Array(UnsafeBufferPointer(start: data, count: size))
-    #if DECODE_ONLY
-    // The decoder alone (scripts/fuzz.sh request-decode): lines, decoding and
-    // the round trip, without a broker, for many more inputs a second.
-    for line in Harness.lines(of: input) { Harness.checkRoundTrip(LineCodec.request(from: line)) }
-    #else
-    Harness.shared.run(input)
-    #endif
+    Harness.shared.run(Array(UnsafeBufferPointer(start: data, count: size)))
     return 0
 }
 
@@ -70,16 +63,9 @@ public func fuzzRequestInitialize(
     _ argc: UnsafeMutablePointer<CInt>,
     _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>
 ) -> CInt {
-    #if !DECODE_ONLY
     Harness.shared.run(Array(#"{"op":"status"}"#.utf8 + [0x0A] + #"{"op":"token","account":"work"}"#.utf8))
     Harness.shared.run(Array(#"{"op":"hello"}"#.utf8))
-    #endif
     return 0
-}
-
-/// Stops the process with a message libFuzzer reports as a crash.
-func fail(_ message: String) -> Never {
-    fatalError("fuzz property failed: \(message)")
 }
 
 /// Runs `body` on the concurrency pool and waits for it on this thread.
@@ -139,9 +125,9 @@ final class Harness: @unchecked Sendable {
     func run(_ input: [UInt8]) {
         var changed = false
         defer { self.changed = self.changed || changed }
-        for line in Self.lines(of: input) {
+        for line in RequestLines.lines(of: input) {
             let request = LineCodec.request(from: line)
-            Self.checkRoundTrip(request)
+            RequestLines.checkRoundTrip(request)
             // Share operations are decoded, never run: they would bind sockets at fuzzed paths.
             if case .success(.shareOpen) = request.command { continue }
             if case .success(.shareClose) = request.command { continue }
@@ -258,47 +244,7 @@ final class Harness: @unchecked Sendable {
         }
     }
 
-    // MARK: Lines
-
-    static func lines(of input: [UInt8]) -> [ArraySlice<UInt8>] {
-        var lines: [ArraySlice<UInt8>] = []
-        var start = input.startIndex
-        while start < input.endIndex {
-            let end = input[start...].firstIndex(of: UInt8(ascii: "\n")) ?? input.endIndex
-            var line = input[start..<end]
-            if line.last == UInt8(ascii: "\r") { line = line.dropLast() }
-            // Over the limit, vaultd answers `line_too_long` and closes the connection.
-            guard line.count <= TokenVault.maximumLineBytes else { break }
-            lines.append(line)
-            start = end == input.endIndex ? end : end + 1
-        }
-        return lines
-    }
-
     // MARK: Properties
-
-    /// A request that decoded encodes, and its line decodes to the same request.
-    static func checkRoundTrip(_ request: Request) {
-        guard case .success = request.command else { return }
-        let first = Self.encoded(request)
-        let again = LineCodec.request(from: first)
-        guard case .success = again.command else {
-            fail("a re-encoded request does not decode: \(String(decoding: first, as: UTF8.self))")
-        }
-        guard again.id == request.id else { fail("the id changed in a round trip") }
-        let second = Self.encoded(again)
-        guard first == second else {
-            fail("encoding is not a fixed point:\n\(String(decoding: first, as: UTF8.self))\n\(String(decoding: second, as: UTF8.self))")
-        }
-    }
-
-    private static func encoded(_ request: Request) -> [UInt8] {
-        do {
-            return Array(try LineCodec.line(for: request))
-        } catch {
-            fail("a decoded request does not encode: \(error)")
-        }
-    }
 
     /// Every reply is one line of JSON, answering the request's id.
     static func check(_ response: Response, answering request: Request) {

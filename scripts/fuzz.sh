@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Fuzzes vaultd with libFuzzer: the request path (Fuzz/FuzzRequest.swift: line
 # codec and dispatcher, every op, against a real broker with no network), the
-# request decoder alone (the same file built with -D DECODE_ONLY:
-# request-decode), the sealed vault file (Fuzz/FuzzVaultFile.swift: the file
+# request decoder alone (Fuzz/FuzzRequestDecode.swift, which links only
+# VaultProtocol: request-decode; both share Fuzz/RequestLines.swift), the
+# sealed vault file (Fuzz/FuzzVaultFile.swift: the file
 # parser and the record codec) and what issuers send (Fuzz/FuzzIssuer.swift:
 # token, native-auth, device, discovery and JWKS answers, Retry-After and
 # Cache-Control, numbers bounded). Not part of scripts/test.sh.
@@ -11,11 +12,13 @@
 #   scripts/fuzz.sh SECONDS request      ... only the named harness(es)
 #   scripts/fuzz.sh --build-only [NAME]  build the harnesses only
 #   scripts/fuzz.sh --no-build SECONDS   run what was built
+#   scripts/fuzz.sh --runs N SECONDS ... stop each harness after N inputs, or SECONDS
 #
 # How it builds. libFuzzer brings its own main(), so a harness cannot be a
 # SwiftPM product. Instead:
 #  1. SwiftPM builds the library modules, with the fuzzer and address
-#     sanitizers, into .build-fuzz/ (never .build/):
+#     sanitizers, into .build-fuzz/ (never .build/); VaultProtocol alone when
+#     request-decode is the only harness asked for:
 #       swift build -c release --scratch-path .build-fuzz \
 #         --sanitize=fuzzer --sanitize=address --target VaultDaemon \
 #         -Xswiftc -enable-testing \
@@ -46,18 +49,24 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 usage() {
-    echo "usage: scripts/fuzz.sh [--no-build] SECONDS [NAME]... | --build-only [NAME]...  (NAME: request request-decode vaultfile issuer)" >&2
+    echo "usage: scripts/fuzz.sh [--no-build] [--runs N] SECONDS [NAME]... | --build-only [NAME]...  (NAME: request request-decode vaultfile issuer)" >&2
     exit 64
 }
 
 build=yes
 run=yes
 seconds=
+runs=
 harnesses=()
 while [ $# -gt 0 ]; do
     case $1 in
     --build-only) run=no ;;
     --no-build) build=no ;;
+    --runs)
+        [[ ${2:-} =~ ^[0-9]+$ ]] || usage
+        runs=$2
+        shift
+        ;;
     request | request-decode | vaultfile | issuer) harnesses+=("$1") ;;
     -h | --help) usage ;;
     *[!0-9]* | '') usage ;;
@@ -71,7 +80,8 @@ scratch=.build-fuzz
 [ ${#harnesses[@]} -gt 0 ] || harnesses=(request request-decode vaultfile issuer)
 source_of() {
     case $1 in
-    request | request-decode) echo Fuzz/FuzzRequest.swift ;;
+    request) echo Fuzz/FuzzRequest.swift Fuzz/RequestLines.swift ;;
+    request-decode) echo Fuzz/FuzzRequestDecode.swift Fuzz/RequestLines.swift ;;
     vaultfile) echo Fuzz/FuzzVaultFile.swift ;;
     issuer) echo Fuzz/FuzzIssuer.swift ;;
     esac
@@ -89,25 +99,27 @@ if [ "$build" = yes ]; then
     # What libFuzzer reads. swiftc adds it to a module only when it also links
     # (as for a harness), so SwiftPM's compile steps must ask for it.
     coverage=edge,trace-cmp,pc-table,inline-8bit-counters
+    target=VaultProtocol
+    for name in "${harnesses[@]}"; do [ "$name" = request-decode ] || target=VaultDaemon; done
     swiftpm=(swift build -c release --scratch-path "$scratch" --sanitize=fuzzer --sanitize=address
-        --target VaultDaemon -Xswiftc -enable-testing -Xswiftc "-sanitize-coverage=$coverage")
+        --target "$target" -Xswiftc -enable-testing -Xswiftc "-sanitize-coverage=$coverage")
     "${swiftpm[@]}"
     bin=$("${swiftpm[@]}" --show-bin-path)
 
-    # The search paths and C module maps SwiftPM compiled VaultDaemon with, from its manifest.
-    python3 - "$scratch/release.yaml" >"$scratch/harness.flags" <<'EOF'
+    # The search paths and C module maps SwiftPM compiled the target with, from its manifest.
+    python3 - "$scratch/release.yaml" "$target" >"$scratch/harness.flags" <<'EOF'
 import json, sys
 args = None
 with open(sys.argv[1]) as manifest:
     for line in manifest:
-        if line.startswith('  "C.VaultDaemon-') and line.rstrip().endswith('.module":'):
+        if line.startswith('  "C.%s-' % sys.argv[2]) and line.rstrip().endswith('.module":'):
             for line in manifest:
                 if line.strip().startswith("args: "):
                     args = json.loads(line.strip()[len("args: "):])
                     break
             break
 if args is None:
-    sys.exit("the build manifest has no compile step for VaultDaemon")
+    sys.exit("the build manifest has no compile step for " + sys.argv[2])
 # -Xcc X, -I PATH and -IPATH (pkg-config's paths of the system libraries).
 i = 0
 while i < len(args):
@@ -124,14 +136,12 @@ EOF
 
     for name in "${harnesses[@]}"; do
         echo "fuzz.sh: linking $scratch/fuzz-$name"
-        defines=()
-        [ "$name" = request-decode ] && defines=(-D DECODE_ONLY)
         # The package's strict settings (Package.swift), as for every target.
         swiftc -sanitize=fuzzer,address -parse-as-library -O -swift-version 6 -warnings-as-errors -use-ld=lld \
             -enable-upcoming-feature ExistentialAny -enable-upcoming-feature MemberImportVisibility \
             -enable-upcoming-feature InternalImportsByDefault \
-            ${defines[@]+"${defines[@]}"} -module-cache-path "$scratch/ModuleCache" @"$scratch/harness.flags" \
-            -o "$scratch/fuzz-$name" "$(source_of "$name")" @"$scratch/harness.objects"
+            -module-cache-path "$scratch/ModuleCache" @"$scratch/harness.flags" \
+            -o "$scratch/fuzz-$name" $(source_of "$name") @"$scratch/harness.objects"
     done
 fi
 
@@ -154,6 +164,7 @@ for name in "${harnesses[@]}"; do
     options=(-max_total_time="$seconds" -print_final_stats=1 -max_len=66000 -timeout=10 -detect_leaks=0
         -artifact_prefix="$scratch/crashes/$name-")
     [ -f "Fuzz/$(base_of "$name").dict" ] && options+=(-dict="Fuzz/$(base_of "$name").dict")
+    [ -n "$runs" ] && options+=(-runs="$runs")
     echo "fuzz.sh: fuzzing $name for $seconds s"
     started=$(date +%s)
     set +e

@@ -1,0 +1,55 @@
+// What the two request harnesses share (FuzzRequest.swift, and the
+// decoder-only FuzzRequestDecode.swift): cutting an input into lines as
+// vaultd does, and the round-trip property of the request decoder. Compiled
+// into both by scripts/fuzz.sh; it needs VaultProtocol only.
+
+import VaultProtocol
+
+/// Stops the process with a message libFuzzer reports as a crash.
+func fail(_ message: String) -> Never {
+    fatalError("fuzz property failed: \(message)")
+}
+
+enum RequestLines {
+    /// The lines vaultd's LineBasedFrameDecoder would cut `input` into: at
+    /// "\n", without a trailing "\r", the last one without its newline; a
+    /// line over the protocol's limit ends the input, as it ends the
+    /// connection.
+    static func lines(of input: [UInt8]) -> [ArraySlice<UInt8>] {
+        var lines: [ArraySlice<UInt8>] = []
+        var start = input.startIndex
+        while start < input.endIndex {
+            let end = input[start...].firstIndex(of: UInt8(ascii: "\n")) ?? input.endIndex
+            var line = input[start..<end]
+            if line.last == UInt8(ascii: "\r") { line = line.dropLast() }
+            // Over the limit, vaultd answers `line_too_long` and closes the connection.
+            guard line.count <= TokenVault.maximumLineBytes else { break }
+            lines.append(line)
+            start = end == input.endIndex ? end : end + 1
+        }
+        return lines
+    }
+
+    /// A request that decoded encodes, and its line decodes to the same request.
+    static func checkRoundTrip(_ request: Request) {
+        guard case .success = request.command else { return }
+        let first = Self.encoded(request)
+        let again = LineCodec.request(from: first)
+        guard case .success = again.command else {
+            fail("a re-encoded request does not decode: \(String(decoding: first, as: UTF8.self))")
+        }
+        guard again.id == request.id else { fail("the id changed in a round trip") }
+        let second = Self.encoded(again)
+        guard first == second else {
+            fail("encoding is not a fixed point:\n\(String(decoding: first, as: UTF8.self))\n\(String(decoding: second, as: UTF8.self))")
+        }
+    }
+
+    private static func encoded(_ request: Request) -> [UInt8] {
+        do {
+            return Array(try LineCodec.line(for: request))
+        } catch {
+            fail("a decoded request does not encode: \(error)")
+        }
+    }
+}
