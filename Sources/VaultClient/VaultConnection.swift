@@ -46,9 +46,9 @@ public final class VaultConnection {
                     "vaultd is not running (nothing listens on \(path)); start it with: systemctl --user start vaultd.socket"
                 )
             case EACCES, EPERM:
-                throw VaultError(.forbidden, "no permission to open \(path); it belongs to another user")
+                throw VaultError(.forbidden, "no permission to open \(path); it belongs to another user: point VAULTCTL_SOCKET at your own vaultd's socket")
             default:
-                throw VaultError(.unavailable, "cannot connect to \(path): \(String(cString: strerror(code)))")
+                throw VaultError(.unavailable, "cannot connect to \(path): \(String(cString: strerror(code))); see: systemctl --user status vaultd.socket vaultd")
             }
         }
         do {
@@ -109,7 +109,7 @@ public final class VaultConnection {
             do {
                 head = try LineCodec.head(of: reply)
             } catch {
-                throw VaultError(.internalError, "vaultd sent a reply this vaultctl cannot read")
+                throw VaultError(.internalError, "vaultd sent a reply this vaultctl cannot read; are both the same version? reinstall them together")
             }
             if head.event != nil { continue }
             if let error = head.error { throw error }
@@ -124,7 +124,7 @@ public final class VaultConnection {
         do {
             return try LineCodec.payload(P.self, of: reply)
         } catch {
-            throw VaultError(.internalError, "vaultd sent a reply this vaultctl cannot read")
+            throw VaultError(.internalError, "vaultd sent a reply this vaultctl cannot read; are both the same version? reinstall them together")
         }
     }
 
@@ -134,7 +134,7 @@ public final class VaultConnection {
             let n = data.withUnsafeBytes { Glibc.send(self.fd, $0.baseAddress?.advanced(by: offset), $0.count - offset, Int32(MSG_NOSIGNAL)) }
             if n < 0 {
                 if errno == EINTR { continue }
-                throw VaultError(.unavailable, "vaultd closed the connection: \(Self.reason())")
+                throw VaultError(.unavailable, "vaultd closed the connection: \(Self.reason()); see its log: journalctl --user -u vaultd")
             }
             offset += n
         }
@@ -154,9 +154,9 @@ public final class VaultConnection {
             let n = chunk.withUnsafeMutableBytes { recv(self.fd, $0.baseAddress, $0.count, 0) }
             if n < 0 {
                 if errno == EINTR { continue }
-                throw VaultError(.unavailable, "lost the connection to vaultd: \(Self.reason())")
+                throw VaultError(.unavailable, "lost the connection to vaultd: \(Self.reason()); see its log: journalctl --user -u vaultd")
             }
-            if n == 0 { throw VaultError(.unavailable, "vaultd closed the connection before answering") }
+            if n == 0 { throw VaultError(.unavailable, "vaultd closed the connection before answering; see its log: journalctl --user -u vaultd") }
             self.buffer.append(contentsOf: chunk[0..<n])
         }
     }
