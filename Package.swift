@@ -43,6 +43,10 @@ let package = Package(
             swiftSettings: strict
         ),
         .target(
+            name: "VaultJSON",
+            swiftSettings: strict
+        ),
+        .target(
             name: "VaultStore",
             dependencies: [
                 "VaultCrypto",
@@ -56,7 +60,7 @@ let package = Package(
             name: "VaultOIDC",
             dependencies: [
                 "VaultCrypto",
-                "VaultProtocol",
+                "VaultJSON",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -78,12 +82,13 @@ let package = Package(
         ),
         .target(
             name: "VaultProtocol",
-            dependencies: ["VaultCrypto"],
+            dependencies: ["VaultCrypto", "VaultJSON"],
             swiftSettings: strict
         ),
         .target(
             name: "VaultDaemon",
             dependencies: [
+                "VaultJSON",
                 "VaultOIDC",
                 "VaultProtocol",
                 "VaultStore",
@@ -122,6 +127,7 @@ let package = Package(
             dependencies: [
                 "VaultClient",
                 "VaultProtocol",
+                "VaultJSON",
                 "VaultCrypto",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
@@ -149,6 +155,7 @@ let package = Package(
         .testTarget(
             name: "VaultDaemonTests",
             dependencies: [
+                "VaultJSON",
                 "VaultDaemon", "VaultStore", "VaultProtocol", "VaultClient", "VaultCrypto", "VaultOIDC",
                 "VaultTestIssuer",
                 .product(name: "NIOCore", package: "swift-nio"),

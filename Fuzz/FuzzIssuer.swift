@@ -15,6 +15,7 @@
 import FoundationEssentials
 import JWTKit
 @testable import VaultOIDC
+import VaultJSON
 import VaultProtocol
 
 @_cdecl("LLVMFuzzerTestOneInput")

@@ -1,5 +1,6 @@
 import Logging
 import VaultCrypto
+import VaultJSON
 public import VaultOIDC
 public import VaultProtocol
 import VaultStore

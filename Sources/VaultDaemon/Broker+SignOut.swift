@@ -114,7 +114,12 @@ extension Broker {
             do {
                 let metadata = try await self.oidc.metadata(for: wipe.configuration.issuer, now: self.clock.now())
                 let outcome = await self.oidc.revoke(refreshToken: refreshToken, client: client, metadata: metadata)
-                revoked = outcome.0
+                revoked =
+                    switch outcome.0 {
+                    case .revoked: .yes
+                    case .unsupported: .unsupported
+                    case .failed: .failed
+                    }
                 if let reason = outcome.reason { reasons.append(reason) }
                 endSession = self.oidc.endSessionURL(metadata: metadata, clientID: wipe.configuration.clientID, idToken: wipe.secrets.idToken)
             } catch {

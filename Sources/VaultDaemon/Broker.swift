@@ -1,5 +1,6 @@
 public import Logging
 public import VaultCrypto
+import VaultJSON
 public import VaultOIDC
 public import VaultProtocol
 public import VaultStore

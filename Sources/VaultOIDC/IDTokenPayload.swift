@@ -1,6 +1,6 @@
 import FoundationEssentials
 import JWTKit
-public import VaultProtocol
+public import VaultJSON
 
 /// The claims an ID token must carry (OIDC Core §2). Checks beyond the
 /// signature happen in `OIDCClient.validateIDToken`, against the daemon's clock.

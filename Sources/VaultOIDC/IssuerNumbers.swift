@@ -1,4 +1,4 @@
-import VaultProtocol
+import VaultJSON
 
 /// Every number an issuer sends is bounded here, where it is parsed, so no
 /// later arithmetic or conversion can trap on it (docs/threat-model.md):

@@ -1,7 +1,7 @@
 import FoundationEssentials
 import NIOHTTP1
 public import VaultCrypto
-import VaultProtocol
+import VaultJSON
 
 /// Where an issuer's native authentication (Microsoft Entra's native
 /// authentication API, V1) lives: beside its token endpoint, which ends in

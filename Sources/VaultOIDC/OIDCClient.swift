@@ -5,7 +5,7 @@ public import Logging
 public import NIOCore
 import NIOHTTP1
 public import VaultCrypto
-public import VaultProtocol
+public import VaultJSON
 
 /// The identity-provider client: discovery, the refresh grant, userinfo and
 /// ID-token validation. Knows nothing of sockets or accounts.

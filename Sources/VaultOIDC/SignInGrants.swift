@@ -1,7 +1,7 @@
 import FoundationEssentials
 import NIOHTTP1
 public import VaultCrypto
-public import VaultProtocol
+import VaultJSON
 
 /// One authorization request (RFC 6749 §4.1, RFC 7636, RFC 8252): the URL to
 /// open and what the answer must match. The verifier never leaves here.
@@ -191,6 +191,16 @@ extension JSONValue {
 }
 
 /// What became of a revocation request (RFC 7009).
+/// What an issuer made of a revocation request.
+public enum RevocationOutcome: Sendable {
+    /// The issuer answered 200: the token is dead.
+    case revoked
+    /// The issuer has no revocation endpoint.
+    case unsupported
+    /// The issuer could not be reached, or refused.
+    case failed
+}
+
 extension OIDCClient {
     /// Revokes a refresh token at the issuer (RFC 7009 §2.1), with client
     /// authentication where the client has a secret.
@@ -198,7 +208,7 @@ extension OIDCClient {
         refreshToken: SecretBytes,
         client: ClientCredentials,
         metadata: ProviderMetadata
-    ) async -> (Revocation, reason: String?) {
+    ) async -> (RevocationOutcome, reason: String?) {
         guard let endpoint = metadata.revocationEndpoint else { return (.unsupported, nil) }
         var (body, headers) = self.authenticated(
             [("token", refreshToken.unsafeString()), ("token_type_hint", "refresh_token")],
@@ -211,7 +221,7 @@ extension OIDCClient {
                 url: endpoint, method: .POST, headers: headers, body: body, timeout: self.configuration.revocationTimeout
             )
             guard reply.status == 200 else { return (.failed, "the revocation endpoint answered HTTP \(reply.status)") }
-            return (.yes, nil)
+            return (.revoked, nil)
         } catch {
             switch error {
             case .unavailable(let reason, _), .untrusted(let reason): return (.failed, reason)

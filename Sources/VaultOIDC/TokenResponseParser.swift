@@ -1,6 +1,6 @@
 import FoundationEssentials
 import VaultCrypto
-import VaultProtocol
+import VaultJSON
 
 /// Reads token-endpoint answers as they come in the wild: `bearer` in any
 /// case, `expires_in` as a number or a string or missing, extra fields, and

@@ -1,4 +1,5 @@
 public import VaultCrypto
+public import VaultJSON
 
 /// `token`: an access token and when it expires. The only reply that carries
 /// a token; it is encoded from guarded memory at the last moment.

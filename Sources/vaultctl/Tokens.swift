@@ -2,6 +2,7 @@ import ArgumentParser
 import FoundationEssentials
 import VaultClient
 import VaultCrypto
+import VaultJSON
 import VaultProtocol
 
 struct Token: ParsableCommand {

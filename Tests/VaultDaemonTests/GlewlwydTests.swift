@@ -4,6 +4,7 @@ import Testing
 import VaultCrypto
 import VaultDaemon
 import VaultOIDC
+import VaultJSON
 import VaultProtocol
 import VaultStore
 

@@ -1,4 +1,5 @@
 import Testing
+import VaultJSON
 import VaultProtocol
 @testable import VaultOIDC
 

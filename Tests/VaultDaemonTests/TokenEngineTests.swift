@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import VaultCrypto
 import VaultDaemon
+import VaultJSON
 import VaultProtocol
 import VaultStore
 import VaultTestIssuer
