@@ -78,6 +78,15 @@ extension VaultError {
             self = .reauthRequired(name)
         case .unavailable(let reason, let retryAfter):
             self = .idpUnavailable(name, reason: reason, retryAfter: Double(retryAfter ?? 1))
+        case .rejected("unsupported", let description):
+            // A grant or endpoint the issuer does not have (no device endpoint, no revocation).
+            self.init(
+                .idpError,
+                "the issuer of '\(name)' does not offer this (\(description ?? "it has no endpoint for it")); "
+                    + "sign in another way: vaultctl signin \(name) with --browser, --device or --password",
+                error: "unsupported",
+                errorDescription: description
+            )
         case .rejected(let code, let description):
             // The issuer's own words say why; the code alone rarely does.
             let because = description.map { " (\(String($0.prefix(200))))" } ?? ""

@@ -115,4 +115,21 @@ struct VaultctlSignInTests {
         #expect(result.stderr.hasPrefix("vaultctl: error: "), "\(result.stderr)")
         #expect(result.stderr.split(separator: "\n").count == 1)
     }
+
+    /// An issuer without RFC 8628: the message says so, with the issuer's
+    /// reason and the other ways in; exit 69 (EX_UNAVAILABLE), not 70.
+    @Test func aDeviceSignInAtAnIssuerWithoutOneSaysWhatToDoInstead() async throws {
+        let issuer = try await TestIssuer.start()
+        issuer.setDeviceEndpointOffered(false)
+        let daemon = try await self.daemon(with: issuer)
+        defer { Task { _ = await daemon.terminate(); await issuer.stop() } }
+        let result = try await runTool("vaultctl", ["signin", "work", "--device"], environment: ["TOKENVAULT_SOCKET": daemon.socketPath])
+        #expect(result.status == 69, "\(result.status): \(result.stderr)")
+        #expect(
+            result.stderr.contains("does not offer this (the issuer has no device authorization endpoint)")
+                && result.stderr.contains("vaultctl signin work with --browser, --device or --password"),
+            "\(result.stderr)"
+        )
+        #expect(result.stderr.split(separator: "\n").count == 1, "\(result.stderr)")
+    }
 }

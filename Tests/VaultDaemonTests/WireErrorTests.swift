@@ -43,6 +43,17 @@ import VaultStore
         #expect(error.message.contains("vaultctl signin work"), "\(error.message)")
     }
 
+    /// A missing issuer feature says so and names the other ways in.
+    @Test func aMissingFeatureNamesTheOtherWaysToSignIn() {
+        let error = VaultError(
+            ProviderError.rejected(error: "unsupported", description: "the issuer has no device authorization endpoint"),
+            account: "dev2"
+        )
+        #expect(error.code == .idpError && error.error == "unsupported")
+        #expect(error.message.contains("does not offer this (the issuer has no device authorization endpoint)"), "\(error.message)")
+        #expect(error.message.contains("vaultctl signin dev2 with --browser, --device or --password"), "\(error.message)")
+    }
+
     @Test func theRecurringErrorsNameTheirCommand() {
         #expect(VaultError(ProviderError.invalidGrant, account: "work") == .reauthRequired("work"))
         #expect(VaultError.reauthRequired("work").message.hasSuffix("vaultctl signin work"))

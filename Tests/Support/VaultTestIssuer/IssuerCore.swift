@@ -134,6 +134,8 @@ struct IssuerState: Sendable {
     var discoveryTokenEndpointOverride: String?
     /// The revocation endpoint is named only by OAuth metadata (RFC 8414), which names this issuer.
     var revocationOnlyInOAuthMetadata = false
+    /// Discovery names no device authorization endpoint (RFC 8628 is not offered).
+    var withoutDeviceEndpoint = false
     var oauthMetadataIssuerOverride: String?
     var idTokenAudienceOverride: String?
     var signWithUnknownKey = false
@@ -261,11 +263,11 @@ final class IssuerCore: Sendable {
     // MARK: Discovery and keys
 
     func discovery() -> IssuerReply {
-        let (issuer, named, tokenEndpoint, withRevocation) = state.withLock { s in
+        let (issuer, named, tokenEndpoint, withRevocation, withDevice) = state.withLock { s in
             s.discoveryFetchCount += 1
             return (
                 s.issuer, s.discoveryIssuerOverride ?? s.issuer, s.discoveryTokenEndpointOverride ?? s.issuer + "/oauth2/v2.0/token",
-                !s.revocationOnlyInOAuthMetadata
+                !s.revocationOnlyInOAuthMetadata, !s.withoutDeviceEndpoint
             )
         }
         let authMethods: JSONValue = .array([.string("client_secret_basic"), .string("client_secret_post"), .string("none")])
@@ -277,7 +279,7 @@ final class IssuerCore: Sendable {
             ("jwks_uri", .string(issuer + "/jwks")),
             ("revocation_endpoint", withRevocation ? .string(issuer + "/revoke") : .null),
             ("end_session_endpoint", .string(issuer + "/logout")),
-            ("device_authorization_endpoint", .string(issuer + "/device")),
+            ("device_authorization_endpoint", withDevice ? .string(issuer + "/device") : .null),
             ("response_types_supported", .array([.string("code")])),
             ("subject_types_supported", .array([.string("public")])),
             ("id_token_signing_alg_values_supported", .array([.string("ES256")])),

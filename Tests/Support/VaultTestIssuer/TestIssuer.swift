@@ -242,6 +242,11 @@ public final class TestIssuer: Sendable {
         }
     }
 
+    /// Whether discovery leaves the device authorization endpoint out.
+    public func setDeviceEndpointOffered(_ offered: Bool) {
+        core.state.withLock { $0.withoutDeviceEndpoint = !offered }
+    }
+
     /// Replaces the signing key with a new ES256 key and a new `kid`; `/jwks` serves only the new one.
     public func rotateSigningKey() {
         let key = SigningKey.generate(prefix: "key-")
