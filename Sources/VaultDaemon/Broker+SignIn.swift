@@ -1,38 +1,51 @@
 import Logging
 import VaultCrypto
-public import VaultOIDC
-public import VaultProtocol
+import VaultOIDC
+import VaultProtocol
 import VaultStore
 
-/// What a sign-in flow needs to know of its account.
-public struct SignInAccount: Sendable {
-    public var configuration: AccountConfiguration
-    public var client: ClientCredentials
+/// What a sign-in flow needs of its account, captured once when the flow
+/// starts and kept on the flow: the slice asks the broker nothing more until
+/// it completes.
+struct SignInContext: Sendable {
+    var configuration: AccountConfiguration
+    var client: ClientCredentials
+    var metadata: ProviderMetadata
     /// The account's sign-in when the flow started: a sign-out, lock or
     /// other sign-in since fences the flow's completion.
     var generation: Int
+
+    var name: String { self.configuration.name }
+    var scope: String { self.configuration.scopes.joined(separator: " ") }
 }
 
-extension Broker {
-    /// The account a flow signs in to; refused while the vault is locked,
-    /// since the new refresh token could not be stored.
-    func signInAccount(_ name: String) throws(VaultError) -> SignInAccount {
+/// The broker as the sign-in slice sees it: two doors, one in and one out.
+protocol SignInBroker: Actor {
+    /// Everything a flow of `name` needs, or why it cannot start.
+    func signInContext(_ name: String) async throws(VaultError) -> SignInContext
+    /// Keeps what a flow got; returns the username from the ID token.
+    func completeSignIn(_ context: SignInContext, response: TokenResponse, nonce: String?) async throws(VaultError) -> String?
+}
+
+extension Broker: SignInBroker {
+    /// The sign-in context of an account: its configuration, client
+    /// credentials, the issuer's metadata and the generation fence. Refused
+    /// while the vault is locked, since the new refresh token could not be
+    /// stored.
+    func signInContext(_ name: String) async throws(VaultError) -> SignInContext {
         guard let account = self.accounts[name] else { throw Self.unknownAccount(name) }
         if self.store.isLocked { throw self.currentLockedError }
-        return SignInAccount(
-            configuration: account.configuration,
-            client: ClientCredentials(clientID: account.configuration.clientID, secret: account.secrets.clientSecret),
-            generation: account.generation
-        )
-    }
-
-    /// The issuer's metadata, with issuer errors as wire errors.
-    func metadata(for account: SignInAccount) async throws(VaultError) -> ProviderMetadata {
+        let configuration = account.configuration
+        let client = ClientCredentials(clientID: configuration.clientID, secret: account.secrets.clientSecret)
+        // The fence is the account's as it was asked for; the metadata is fetched after.
+        let generation = account.generation
+        let metadata: ProviderMetadata
         do {
-            return try await self.oidc.metadata(for: account.configuration.issuer, now: self.clock.now())
+            metadata = try await self.oidc.metadata(for: configuration.issuer, now: self.clock.now())
         } catch {
-            throw Self.wire(error, account: account.configuration.name)
+            throw Self.wire(error, account: name)
         }
+        return SignInContext(configuration: configuration, client: client, metadata: metadata, generation: generation)
     }
 
     /// Ends a successful sign-in: validates the ID token (with the flow's
@@ -41,13 +54,10 @@ extension Broker {
     /// Returns the username from the validated ID token. A sign-in whose
     /// account was signed out, locked or signed in otherwise since the flow
     /// started (`generation`) keeps nothing, and its refresh token is revoked.
-    func completeSignIn(
-        _ name: String,
-        generation: Int,
-        response: TokenResponse,
-        nonce: String?,
-        metadata: ProviderMetadata
-    ) async throws(VaultError) -> String? {
+    func completeSignIn(_ context: SignInContext, response: TokenResponse, nonce: String?) async throws(VaultError) -> String? {
+        let name = context.name
+        let generation = context.generation
+        let metadata = context.metadata
         guard let account = self.accounts[name] else { throw Self.unknownAccount(name) }
         let configuration = account.configuration
         let client = ClientCredentials(clientID: configuration.clientID, secret: account.secrets.clientSecret)

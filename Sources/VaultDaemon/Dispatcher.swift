@@ -70,7 +70,7 @@ public struct Dispatcher: Sendable {
         case .accountRemove(let name):
             return self.later(id) { () throws(VaultError) in
                 let removed = try await self.broker.remove(name)
-                await self.signIns.cancelAll(account: name)
+                await self.signIns.endFlows(account: name)
                 return removed
             }
         case .lock:
@@ -135,8 +135,8 @@ public struct Dispatcher: Sendable {
         case .signout(let target):
             return self.later(id) { () throws(VaultError) in
                 switch target {
-                case .account(let name): await self.signIns.cancelAll(account: name)
-                case .all: await self.signIns.cancelAll()
+                case .account(let name): await self.signIns.endFlows(account: name)
+                case .all: await self.signIns.endFlows(account: nil)
                 }
                 return try await self.broker.signOut(target)
             }
