@@ -363,7 +363,8 @@ public actor SignIns {
     // MARK: Waiters
 
     /// Waits until the flow's state changes or it ends, or `timeout`
-    /// seconds (nil: no limit) have passed.
+    /// seconds (nil: no limit) have passed. The waiter's one timer is
+    /// cancelled as soon as it is answered otherwise.
     private func park(_ id: String, timeout seconds: Double?) async {
         let ticket = self.nextWaiter
         self.nextWaiter += 1
@@ -387,9 +388,10 @@ public actor SignIns {
         }
     }
 
-    /// Wakes every waiter in `waiters`.
+    /// Wakes every waiter in `waiters` and stops their timers.
     private static func answer(_ waiters: [Int: Waiter]) {
         for waiter in waiters.values {
+            waiter.timer?.cancel()
             waiter.continuation.resume()
         }
     }
