@@ -84,6 +84,7 @@ public actor SignIns {
         self.events = broker.events
         self.clock = clock
         self.logger = logger
+        broker.signInFlows.attach(self)
     }
 
     // MARK: signin.start
@@ -183,7 +184,8 @@ public actor SignIns {
         return EmptyResult()
     }
 
-    /// Ends every flow of an account (it was removed or signed out), or of every account.
+    /// Ends every flow of an account, or of every account; the broker calls
+    /// it when an account is signed out or removed (`Broker.endSignIns`).
     func endFlows(account: String?) {
         for flow in self.flows.values where account == nil || flow.account == account {
             self.end(flow.id, step: .cancelled)
