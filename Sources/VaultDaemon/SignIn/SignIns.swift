@@ -8,7 +8,8 @@ public import VaultProtocol
 /// (join, restart), one issuer call at a time (claim, release), expiry,
 /// `signin.wait`'s waiters and the sign-in events. The methods are drivers
 /// beside this file: `NativeSignIn` (email code and native password),
-/// `PasswordGrantSignIn`, `BrowserSignIn` and `DeviceSignIn`.
+/// `PasswordGrantSignIn`, `BrowserSignIn` and `DeviceSignIn`; a flow's
+/// fields, results and events are in `SignInFlow.swift`.
 ///
 /// Each flow lives in memory only, under a random id, moves through the
 /// states of docs/protocol.md (Sign-in), and ends by itself when it expires,
@@ -40,43 +41,6 @@ public actor SignIns {
     private var nextWaiter = 0
     /// `signin.wait` timers still running (one per waiting call at most).
     public private(set) var waitTimers = 0
-
-    struct Flow {
-        let id: String
-        let account: String
-        let method: SignInMethod
-        /// The username the flow was started with, to tell a second start
-        /// of the same sign-in from another.
-        var username: String?
-        /// What the flow needs of its account, from the broker at start
-        /// (nil while that call is under way).
-        var context: SignInContext?
-        var step: Step
-        var expiresAt: Double
-        /// One call to the issuer at a time per flow.
-        var busy = false
-        /// How browser and device flows ended, for `signin.wait`.
-        var outcome: Result<SignInResult, VaultError>?
-        var waiters: [Int: Waiter] = [:]
-        var expiry: Task<Void, Never>?
-    }
-
-    enum Step {
-        /// The first calls to the issuer are under way.
-        case starting
-        case code(NativeCode)
-        case nativePassword(NativePassword)
-        case passwordGrant(username: String)
-        case browser(listener: LoopbackListener, result: SignInResult)
-        case device(task: Task<Void, Never>, result: SignInResult)
-    }
-
-    /// A caller waiting for the flow's next state, and the one timer that
-    /// answers it when it waited long enough (nil: until the state changes).
-    struct Waiter {
-        var continuation: CheckedContinuation<Void, Never>
-        var timer: Task<Void, Never>?
-    }
 
     public init(broker: Broker, clock: any WallClock = SystemClock(), logger: Logger) {
         self.broker = broker
@@ -407,40 +371,5 @@ public actor SignIns {
             throw SignInError.expired(account: flow.account)
         }
         return flow
-    }
-
-    func result(_ id: String, _ state: SignInState) -> SignInResult {
-        guard let flow = self.flows[id] else {
-            return SignInResult(flow: id, state: state, account: "", method: .password)
-        }
-        var result: SignInResult
-        switch flow.step {
-        case .browser(_, let stored), .device(_, let stored): result = stored
-        default: result = SignInResult(flow: id, state: state, account: flow.account, method: flow.method)
-        }
-        result.state = state
-        result.expiresIn = max(0, Int((flow.expiresAt - self.clock.now()).rounded(.down)))
-        return result
-    }
-
-    // MARK: Events
-
-    func emit(_ id: String, _ step: SignInStep, code: ErrorCode? = nil) {
-        guard let flow = self.flows[id] else { return }
-        self.emit(flow, step, code: code)
-    }
-
-    private func emit(_ flow: Flow, _ step: SignInStep, code: ErrorCode? = nil) {
-        var event = Event(.signin, account: flow.account)
-        event.flow = flow.id
-        event.method = flow.method
-        event.step = step
-        event.code = code
-        self.events.emit(event)
-    }
-
-    private static func flowID() -> String {
-        let bytes = (try? randomBytes(8)) ?? (0..<8).map { _ in UInt8.random(in: 0...255) }
-        return "f-" + bytes.map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
     }
 }
