@@ -86,7 +86,7 @@ extension Broker: SignInBroker {
         let configuration = account.configuration
         let client = ClientCredentials(clientID: configuration.clientID, secret: account.secrets.clientSecret)
         guard account.generation == generation else {
-            throw self.discard(name, rotated: response.refreshToken, client: client, metadata: metadata)
+            throw self.fenced(name, rotated: response.refreshToken, client: client, metadata: metadata)
         }
         guard let refreshToken = response.refreshToken else {
             throw VaultError(
@@ -113,7 +113,7 @@ extension Broker: SignInBroker {
         }
         guard self.accounts[name] != nil else { throw Self.unknownAccount(name) }
         guard self.accounts[name]?.generation == generation else {
-            throw self.discard(name, rotated: refreshToken, client: client, metadata: metadata)
+            throw self.fenced(name, rotated: refreshToken, client: client, metadata: metadata)
         }
         let clientSecret = self.accounts[name]?.secrets.clientSecret
         let secrets = AccountSecrets(refreshToken: refreshToken, clientSecret: clientSecret, idToken: response.idToken)
@@ -125,7 +125,7 @@ extension Broker: SignInBroker {
         }
         // A sign-out meanwhile removed it again after this save (the store keeps their order).
         guard self.accounts[name]?.generation == generation else {
-            throw self.discard(name, rotated: refreshToken, client: client, metadata: metadata)
+            throw self.fenced(name, rotated: refreshToken, client: client, metadata: metadata)
         }
         // Whatever the account held before is replaced, with every token minted from it.
         self.forgetSecrets(of: name)
@@ -145,5 +145,12 @@ extension Broker: SignInBroker {
         event.username = username
         self.events.emit(event)
         return username
+    }
+
+    /// A sign-in fenced by its generation keeps nothing and revokes the
+    /// refresh token it got; when the vault was locked since, it says so.
+    private func fenced(_ name: String, rotated: SecretBytes?, client: ClientCredentials, metadata: ProviderMetadata) -> VaultError {
+        let error = self.discard(name, rotated: rotated, client: client, metadata: metadata)
+        return self.store.isLocked ? self.currentLockedError : error
     }
 }

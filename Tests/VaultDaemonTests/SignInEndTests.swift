@@ -50,4 +50,23 @@ struct SignInEndTests {
         #expect(await vault.dispatcher.signIns.count == 0)
         #expect(await self.endings(subscriber) == ["cancelled", "signed_out"])
     }
+
+    /// The flow keeps what it captured at start, so a code sent while the
+    /// vault is locked reaches the issuer; the broker keeps nothing of the
+    /// answer, revokes its refresh token, and says the vault is locked.
+    @Test func aCodeSubmittedWhileLockedIsAnsweredLockedAndKeepsNothing() async throws {
+        let (issuer, vault, client, _) = try await self.setUp()
+        defer { Task { await vault.stop(); await issuer.stop() } }
+        let started = try #require(await client.call(#"{"id":"s2","op":"signin.start","account":"work","method":"email_otp","username":"\#(Self.email)"}"#))
+        let flow = try #require(started["flow"] as? String, "\(started)")
+        let code = try #require(issuer.lastCode(for: Self.email))
+        #expect(await client.call(#"{"id":"l","op":"lock"}"#)?["ok"] as? Bool == true)
+        let submitted = try #require(await client.call(#"{"id":"c","op":"signin.submit_code","flow":"\#(flow)","code":"\#(code)"}"#))
+        #expect(submitted.errorCode == "locked", "\(submitted)")
+        #expect(await vault.dispatcher.signIns.count == 0)
+        try await poll { issuer.revocationCount == 1 }
+        #expect(await client.call(#"{"id":"u","op":"unlock"}"#)?["ok"] as? Bool == true)
+        let status = try #require(await client.call(#"{"id":"st","op":"status"}"#))
+        #expect((status["accounts"] as? [[String: Any]])?.first?["signed_in"] as? Bool == false, "\(status)")
+    }
 }
