@@ -1,39 +1,76 @@
 import Logging
+import Synchronization
 import VaultCrypto
 import VaultJSON
-public import VaultOIDC
-public import VaultProtocol
+import VaultOIDC
+import VaultProtocol
 import VaultStore
 
-/// What a sign-in flow needs to know of its account.
-public struct SignInAccount: Sendable {
-    public var configuration: AccountConfiguration
-    public var client: ClientCredentials
+/// What a sign-in flow needs of its account, captured once when the flow
+/// starts and kept on the flow: the slice asks the broker nothing more until
+/// it completes.
+struct SignInContext: Sendable {
+    var configuration: AccountConfiguration
+    var client: ClientCredentials
+    var metadata: ProviderMetadata
     /// The account's sign-in when the flow started: a sign-out, lock or
     /// other sign-in since fences the flow's completion.
     var generation: Int
+
+    var name: String { self.configuration.name }
+    var scope: String { self.configuration.scopes.joined(separator: " ") }
 }
 
-extension Broker {
-    /// The account a flow signs in to; refused while the vault is locked,
-    /// since the new refresh token could not be stored.
-    func signInAccount(_ name: String) throws(VaultError) -> SignInAccount {
-        guard let account = self.accounts[name] else { throw VaultError.unknownAccount(name) }
-        try self.requireUnlocked()
-        return SignInAccount(
-            configuration: account.configuration,
-            client: ClientCredentials(clientID: account.configuration.clientID, secret: account.secrets.clientSecret),
-            generation: account.generation
-        )
+/// The broker as the sign-in slice sees it: two doors, one in and one out.
+protocol SignInBroker: Actor {
+    /// Everything a flow of `name` needs, or why it cannot start.
+    func signInContext(_ name: String) async throws(VaultError) -> SignInContext
+    /// Keeps what a flow got; returns the username from the ID token.
+    func completeSignIn(_ context: SignInContext, response: TokenResponse, nonce: String?) async throws(VaultError) -> String?
+}
+
+/// The broker's hold on the sign-in flows, to end an account's flows when
+/// its secrets go. Weak: the flows hold the broker, not the other way round.
+final class SignInFlowsLink: Sendable {
+    private struct Weak: Sendable {
+        weak var flows: SignIns?
     }
 
-    /// The issuer's metadata, with issuer errors as wire errors.
-    func metadata(for account: SignInAccount) async throws(VaultError) -> ProviderMetadata {
+    private let link = Mutex(Weak())
+
+    func attach(_ flows: SignIns) {
+        self.link.withLock { $0.flows = flows }
+    }
+
+    var flows: SignIns? { self.link.withLock { $0.flows } }
+}
+
+extension Broker: SignInBroker {
+    /// Ends the sign-ins in progress of `name` (nil: of every account): the
+    /// first step of a sign-out and of a removal, so both end them in the
+    /// same order, before any secret leaves.
+    func endSignIns(of name: String?) async {
+        await self.signInFlows.flows?.endFlows(account: name)
+    }
+
+    /// The sign-in context of an account: its configuration, client
+    /// credentials, the issuer's metadata and the generation fence. Refused
+    /// while the vault is locked, since the new refresh token could not be
+    /// stored.
+    func signInContext(_ name: String) async throws(VaultError) -> SignInContext {
+        guard let account = self.accounts[name] else { throw VaultError.unknownAccount(name) }
+        try self.requireUnlocked()
+        let configuration = account.configuration
+        let client = ClientCredentials(clientID: configuration.clientID, secret: account.secrets.clientSecret)
+        // The fence is the account's as it was asked for; the metadata is fetched after.
+        let generation = account.generation
+        let metadata: ProviderMetadata
         do {
-            return try await self.oidc.metadata(for: account.configuration.issuer, now: self.clock.now())
+            metadata = try await self.oidc.metadata(for: configuration.issuer, now: self.clock.now())
         } catch {
-            throw VaultError(error, account: account.configuration.name)
+            throw VaultError(error, account: name)
         }
+        return SignInContext(configuration: configuration, client: client, metadata: metadata, generation: generation)
     }
 
     /// Ends a successful sign-in: validates the ID token (with the flow's
@@ -42,18 +79,15 @@ extension Broker {
     /// Returns the username from the validated ID token. A sign-in whose
     /// account was signed out, locked or signed in otherwise since the flow
     /// started (`generation`) keeps nothing, and its refresh token is revoked.
-    func completeSignIn(
-        _ name: String,
-        generation: Int,
-        response: TokenResponse,
-        nonce: String?,
-        metadata: ProviderMetadata
-    ) async throws(VaultError) -> String? {
+    func completeSignIn(_ context: SignInContext, response: TokenResponse, nonce: String?) async throws(VaultError) -> String? {
+        let name = context.name
+        let generation = context.generation
+        let metadata = context.metadata
         guard let account = self.accounts[name] else { throw VaultError.unknownAccount(name) }
         let configuration = account.configuration
         let client = ClientCredentials(clientID: configuration.clientID, secret: account.secrets.clientSecret)
         guard account.generation == generation else {
-            throw self.discard(name, rotated: response.refreshToken, client: client, metadata: metadata)
+            throw self.fenced(name, rotated: response.refreshToken, client: client, metadata: metadata)
         }
         guard let refreshToken = response.refreshToken else {
             throw VaultError(
@@ -80,7 +114,7 @@ extension Broker {
         }
         guard self.accounts[name] != nil else { throw VaultError.unknownAccount(name) }
         guard self.accounts[name]?.generation == generation else {
-            throw self.discard(name, rotated: refreshToken, client: client, metadata: metadata)
+            throw self.fenced(name, rotated: refreshToken, client: client, metadata: metadata)
         }
         let clientSecret = self.accounts[name]?.secrets.clientSecret
         let secrets = AccountSecrets(refreshToken: refreshToken, clientSecret: clientSecret, idToken: response.idToken)
@@ -92,7 +126,7 @@ extension Broker {
         }
         // A sign-out meanwhile removed it again after this save (the store keeps their order).
         guard self.accounts[name]?.generation == generation else {
-            throw self.discard(name, rotated: refreshToken, client: client, metadata: metadata)
+            throw self.fenced(name, rotated: refreshToken, client: client, metadata: metadata)
         }
         // Whatever the account held before is replaced, with every token minted from it.
         self.forgetSecrets(of: name)
@@ -112,5 +146,12 @@ extension Broker {
         event.username = username
         self.events.emit(event)
         return username
+    }
+
+    /// A sign-in fenced by its generation keeps nothing and revokes the
+    /// refresh token it got; when the vault was locked since, it says so.
+    private func fenced(_ name: String, rotated: SecretBytes?, client: ClientCredentials, metadata: ProviderMetadata) -> VaultError {
+        let error = self.discard(name, rotated: rotated, client: client, metadata: metadata)
+        return self.store.isLocked ? self.lockedError : error
     }
 }

@@ -25,6 +25,8 @@ public actor Broker {
     public nonisolated let cache = TokenCache()
     /// Subscribers, told of sign-ins, refreshes and lost sessions.
     public nonisolated let events: EventHub
+    /// The sign-in flows, which the broker ends when an account's secrets go.
+    nonisolated let signInFlows = SignInFlowsLink()
     /// Every read and write of secrets, in the order the broker asked for them.
     let storeQueue = SerialQueue()
     /// Every write of accounts.json, each of the configuration as it is then.
@@ -199,9 +201,10 @@ public actor Broker {
     /// and whatever secret it still had (a client secret).
     public func remove(_ name: String) async throws(VaultError) -> RemovalResult {
         guard self.accounts[name] != nil else { throw VaultError.unknownAccount(name) }
+        await self.endSignIns(of: name)
         var receipt = SignOutReceipt(name: name, revoked: .no, wiped: [.memory])
         if !self.store.isLocked {
-            receipt = try await self.signOut(name).0
+            receipt = try await self.wipeAndRevoke(name).0
         }
         self.forgetSecrets(of: name)
         var wiped = Set(receipt.wiped)
@@ -299,10 +302,13 @@ public actor Broker {
     /// Why the keyring that holds the secrets cannot be reached, while it cannot.
     var keyringUnreachable: String? { (self.store as? KeyringStore)?.unreachable }
 
+    /// Why the configured store cannot read or write: a locked vault, or a
+    /// keyring out of reach.
+    var lockedError: VaultError { self.keyringUnreachable.map(VaultError.keyringUnreachable) ?? .vaultLocked }
+
     /// The one lock check: throws `locked` while the configured store cannot
-    /// read or write, saying why (a locked vault, or a keyring out of reach).
+    /// read or write.
     func requireUnlocked() throws(VaultError) {
-        guard self.store.isLocked else { return }
-        throw self.keyringUnreachable.map(VaultError.keyringUnreachable) ?? .vaultLocked
+        if self.store.isLocked { throw self.lockedError }
     }
 }

@@ -68,11 +68,8 @@ public struct Dispatcher: Sendable {
         case .accountAdd(let addition):
             return self.later(id) { () throws(VaultError) in try await self.broker.add(addition) }
         case .accountRemove(let name):
-            return self.later(id) { () throws(VaultError) in
-                let removed = try await self.broker.remove(name)
-                await self.signIns.cancelAll(account: name)
-                return removed
-            }
+            // The broker ends the account's sign-ins first, as sign-out does.
+            return self.later(id) { () throws(VaultError) in try await self.broker.remove(name) }
         case .lock:
             return self.later(id) { () throws(VaultError) in
                 await self.broker.lock()
@@ -133,13 +130,7 @@ public struct Dispatcher: Sendable {
         case .migrate(let target):
             return self.later(id) { () throws(VaultError) in try await self.broker.migrate(to: target) }
         case .signout(let target):
-            return self.later(id) { () throws(VaultError) in
-                switch target {
-                case .account(let name): await self.signIns.cancelAll(account: name)
-                case .all: await self.signIns.cancelAll()
-                }
-                return try await self.broker.signOut(target)
-            }
+            return self.later(id) { () throws(VaultError) in try await self.broker.signOut(target) }
         case .subscribe(let accounts):
             return .subscribe(Response(id: id, SubscribeResult(accounts: accounts)), accounts: accounts)
         case .unlock(let passphrase):

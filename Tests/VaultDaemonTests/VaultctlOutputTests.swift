@@ -126,7 +126,7 @@ struct VaultctlOutputTests {
             environment: fakes.environment(socket.merging(["XDG_RUNTIME_DIR": runtime, "FAKE_BROWSER_DENY": "1"]) { $1 })
         )
         // The fake browser declined, which ended the flow.
-        #expect(result.status != 0)
+        #expect(result.status == 77, "EX_NOPERM: \(result.stderr)")
         #expect(result.stderr.contains("declined in the browser"), "\(result.stderr)")
         let url = try #require(result.stderr.split(separator: "\n").first { $0.hasPrefix(issuer.issuer + "/authorize?") })
         let query = try #require(URLComponents(string: String(url))?.queryItems)

@@ -1,0 +1,80 @@
+import VaultCrypto
+import VaultProtocol
+
+/// A flow as the registry keeps it, and what is read off it: its result
+/// for the wire and its events for subscribers.
+extension SignIns {
+    struct Flow {
+        let id: String
+        let account: String
+        let method: SignInMethod
+        /// The username the flow was started with, to tell a second start
+        /// of the same sign-in from another.
+        var username: String?
+        /// What the flow needs of its account, from the broker at start
+        /// (nil while that call is under way).
+        var context: SignInContext?
+        var step: Step
+        var expiresAt: Double
+        /// One call to the issuer at a time per flow.
+        var busy = false
+        /// How browser and device flows ended, for `signin.wait`.
+        var outcome: Result<SignInResult, VaultError>?
+        var waiters: [Int: Waiter] = [:]
+        var expiry: Task<Void, Never>?
+    }
+
+    enum Step {
+        /// The first calls to the issuer are under way.
+        case starting
+        case code(NativeCode)
+        case nativePassword(NativePassword)
+        case passwordGrant(username: String)
+        case browser(listener: LoopbackListener, result: SignInResult)
+        case device(task: Task<Void, Never>, result: SignInResult)
+    }
+
+    /// A caller waiting for the flow's next state, and the one timer that
+    /// answers it when it waited long enough (nil: until the state changes).
+    struct Waiter {
+        var continuation: CheckedContinuation<Void, Never>
+        var timer: Task<Void, Never>?
+    }
+
+    // MARK: Results
+
+    func result(_ id: String, _ state: SignInState) -> SignInResult {
+        guard let flow = self.flows[id] else {
+            return SignInResult(flow: id, state: state, account: "", method: .password)
+        }
+        var result: SignInResult
+        switch flow.step {
+        case .browser(_, let stored), .device(_, let stored): result = stored
+        default: result = SignInResult(flow: id, state: state, account: flow.account, method: flow.method)
+        }
+        result.state = state
+        result.expiresIn = max(0, Int((flow.expiresAt - self.clock.now()).rounded(.down)))
+        return result
+    }
+
+    // MARK: Events
+
+    func emit(_ id: String, _ step: SignInStep, code: ErrorCode? = nil) {
+        guard let flow = self.flows[id] else { return }
+        self.emit(flow, step, code: code)
+    }
+
+    func emit(_ flow: Flow, _ step: SignInStep, code: ErrorCode? = nil) {
+        var event = Event(.signin, account: flow.account)
+        event.flow = flow.id
+        event.method = flow.method
+        event.step = step
+        event.code = code
+        self.events.emit(event)
+    }
+
+    static func flowID() -> String {
+        let bytes = (try? randomBytes(8)) ?? (0..<8).map { _ in UInt8.random(in: 0...255) }
+        return "f-" + bytes.map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
+    }
+}
