@@ -131,8 +131,20 @@ while i < len(args):
             print(args[i])
         i += 1
 EOF
-    # Some object files have spaces in their names: the response file quotes them.
-    find "$bin" -path "$bin/Modules" -prune -o -name '*.o' -print | sort | sed 's/.*/"&"/' >"$scratch/harness.objects"
+    # Every object file the build made that the manifest still names (an
+    # object left behind by a file since moved or deleted would clash), in a
+    # response file that quotes them: some names have spaces.
+    python3 - "$scratch/release.yaml" >"$scratch/harness.objects" <<'EOF'
+import json, os, sys
+objects = set()
+with open(sys.argv[1]) as manifest:
+    for line in manifest:
+        line = line.strip()
+        if line.startswith("outputs: ["):
+            objects.update(o for o in json.loads(line[len("outputs: "):]) if o.endswith(".o") and os.path.exists(o))
+for path in sorted(objects):
+    print('"%s"' % path)
+EOF
 
     for name in "${harnesses[@]}"; do
         echo "fuzz.sh: linking $scratch/fuzz-$name"
