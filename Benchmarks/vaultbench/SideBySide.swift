@@ -135,10 +135,15 @@ func sideBySide(bin: String, folder: String, load: Load) async throws -> [[Strin
         row("errors: \(name)", "\(result?.errors ?? 0)", none, none, "0")
     }
 
-    // Whole process: vaultctl token against oidc-token, and /bin/true.
-    let cli = try wholeProcess(bin + "/vaultctl", ["token", "bench", "--socket", socket], count: 200)
-    let peerCLI = try agent.map { try wholeProcess("/usr/bin/oidc-token", ["bench"], environment: $0.environment, count: 200) }
-    let floor = try wholeProcess("/bin/true", [], count: 200)
+    // Whole process: vaultctl token against oidc-token, and /bin/true, taking turns.
+    var commands = [
+        Command(path: bin + "/vaultctl", arguments: ["token", "bench", "--socket", socket]),
+        Command(path: "/bin/true", arguments: []),
+    ]
+    if let agent { commands.append(Command(path: "/usr/bin/oidc-token", arguments: ["bench"], environment: agent.environment)) }
+    let taken = try wholeProcess(commands, rounds: 200)
+    let (cli, floor) = (taken[0], taken[1])
+    let peerCLI = agent == nil ? nil : taken[2]
     row(
         "`vaultctl token` / `oidc-token`, whole process, median (p99)",
         "\(ms(percentile(cli, 0.5))) (\(ms(percentile(cli, 0.99))))",

@@ -309,17 +309,29 @@ func concurrent(socket: String, clients: Int, line: String) throws -> [Double] {
     return Array(waits.buffer)
 }
 
-/// Runs a program `count` times, one after the other; each run's wall time
-/// from spawn to exit.
-func wholeProcess(_ path: String, _ arguments: [String], environment: [String: String] = [:], count: Int) throws -> [Double] {
-    var times: [Double] = []
-    for _ in 0..<count {
-        let start = Clock.now()
-        let pid = try spawn(path, arguments, environment: environment)
-        var status: Int32 = 0
-        waitpid(pid, &status, 0)
-        times.append(Clock.now() - start)
-        guard status == 0 else { throw BenchError("\(path) \(arguments.first ?? "") failed (status \(status))") }
+/// A program to time as a whole process.
+struct Command {
+    var path: String
+    var arguments: [String]
+    var environment: [String: String] = [:]
+}
+
+/// Runs each command `rounds` times, taking turns (A, B, C, A, B, C, …) so
+/// that whatever else the machine does falls on all of them alike; each
+/// command's wall times from spawn to exit.
+func wholeProcess(_ commands: [Command], rounds: Int) throws -> [[Double]] {
+    var times = Array(repeating: [Double](), count: commands.count)
+    for _ in 0..<rounds {
+        for (index, command) in commands.enumerated() {
+            let start = Clock.now()
+            let pid = try spawn(command.path, command.arguments, environment: command.environment)
+            var status: Int32 = 0
+            waitpid(pid, &status, 0)
+            times[index].append(Clock.now() - start)
+            guard status == 0 else {
+                throw BenchError("\(command.path) \(command.arguments.first ?? "") failed (status \(status))")
+            }
+        }
     }
     return times
 }
