@@ -1,6 +1,12 @@
-// vaultbench: starts a release vaultd against the project's test issuer on
-// 127.0.0.1 and measures what a companion meets. Run:
-//   swift run -c release vaultbench
+// vaultbench: measures vaultd beside its peer, oidc-agent, in one run, with
+// one C load client (Benchmarks/load/vbload.c, compiled at run time) and a C
+// echo server as the floor. Build the products it runs, then run it:
+//   swift build -c release --static-swift-stdlib --product vaultd   (and vaultctl, vaultbench)
+//   "$(swift build -c release --static-swift-stdlib --show-bin-path)/vaultbench"
+// Side by side (needs glewlwyd, and oidc-agent-cli for the peer's column):
+// both serve cached tokens from the same Glewlwyd (Tests/Support/glewlwyd).
+// Then vaultd alone against the project's in-process test issuer: hostile
+// and failing issuers, load, scaling with the number of accounts, start-up.
 import Foundation
 import Glibc
 import VaultCrypto
@@ -12,179 +18,166 @@ struct VaultBench {
     static func main() async throws {
         let bin = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent().path
         for tool in ["vaultd", "vaultctl"] where !FileManager.default.isExecutableFile(atPath: bin + "/" + tool) {
-            throw BenchError("\(bin)/\(tool) is missing; build first: swift build -c release --static-swift-stdlib")
+            throw BenchError("\(bin)/\(tool) is missing; build first: swift build -c release --static-swift-stdlib --product \(tool)")
         }
         let folder = "/tmp/vb-\(getpid())"
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: folder) }
-        let socket = folder + "/v.sock"
+        let began = Clock.now()
+        let load = try Load(folder: folder)
 
-        let issuer = try await TestIssuer.start(accessTokenLifetime: 3600)
-        let burstIssuer = try await TestIssuer.start(accessTokenLifetime: 3600)
-        let rotatingIssuer = try await TestIssuer.start(accessTokenLifetime: 3600, rotateRefreshTokens: true)
-        let hangingIssuer = try await TestIssuer.start(accessTokenLifetime: 3600)
-
-        let daemon = Process()
-        daemon.executableURL = URL(fileURLWithPath: bin + "/vaultd")
-        daemon.arguments = ["--socket", socket, "--log-level", "warning"]
-        var env = ProcessInfo.processInfo.environment
-        env["XDG_STATE_HOME"] = folder + "/state"
-        env["XDG_CONFIG_HOME"] = folder + "/config"
-        daemon.environment = env
-        try daemon.run()
-        defer { daemon.terminate() }
-        let client = try Client.connect(socket, deadline: 10)
-
-        func add(_ name: String, _ issuer: TestIssuer) throws {
-            let line = #"{"id":1,"op":"account.add","name":"\#(name)","issuer":"\#(issuer.issuer)","client_id":"\#(TestIssuer.clientID)","scopes":["openid","offline_access"],"refresh_token":"\#(issuer.mintRefreshToken())"}"#
-            guard try client.call(line).contains(#""ok":true"#) else { throw BenchError("account.add \(name) failed") }
-        }
-        try add("bench", issuer)
-        try add("burst", burstIssuer)
-        try add("rotating", rotatingIssuer)
-        try add("plain", burstIssuer)
-        try add("hanging", hangingIssuer)
-        let tokenLine = #"{"id":1,"op":"token","account":"bench"}"#
-        _ = try client.call(tokenLine)
-        let setUp = try memory(of: daemon.processIdentifier)
-
+        let side = try await sideBySide(bin: bin, folder: folder + "/side", load: load)
         var rows: [(String, String)] = []
-        rows.append((
-            "vaultd idle after set-up (5 accounts, 1 token): RSS = anonymous + file pages; threads",
-            "\(setUp.rssKB / 1024) MiB = \(setUp.anonKB / 1024) + \(setUp.fileKB / 1024) MiB; \(setUp.threads) threads"
-        ))
+        try await alone(bin: bin, folder: folder + "/alone", rows: &rows)
+        try await scaling(bin: bin, folder: folder + "/scaling", load: load, rows: &rows)
+        try startUp(bin: bin, folder: folder + "/start", rows: &rows)
 
-        // 0. The codec alone, in this process: decode a token request, encode its reply.
-        let requestBytes = Array(tokenLine.utf8)
-        let reply = TokenResult(
-            accessToken: try SecretBytes(utf8: String(repeating: "a", count: 40)),
-            tokenType: "Bearer",
-            expiresAt: 1_900_000_000,
-            expiresIn: 3600,
-            scope: "openid offline_access"
-        )
-        var codec: [Double] = []
-        for round in 0..<22_000 {
-            let start = Clock.now()
-            let request = LineCodec.request(from: requestBytes)
-            let line = LineCodec.line(for: Response(id: request.id, reply))
-            if round >= 2_000 { codec.append(Clock.now() - start) }
-            precondition(!line.isEmpty)
-        }
-        rows.append(("codec only (decode request + encode reply): median", us(percentile(codec, 0.5))))
-
-        // The floor on this machine today: a blocking POSIX echo server, same line, same socket kind.
-        let echo = try echoFloor(path: folder + "/echo.sock", line: tokenLine)
-        rows.append(("floor: POSIX echo over a Unix socket, median / p99", "\(us(percentile(echo, 0.5))) / \(us(percentile(echo, 0.99)))"))
-
-        // 1. Cached-token latency, one client.
-        for _ in 0..<2_000 { _ = try client.call(tokenLine) }
-        var samples: [Double] = []
-        for _ in 0..<20_000 {
-            let start = Clock.now()
-            _ = try client.call(tokenLine)
-            samples.append(Clock.now() - start)
-        }
-        rows.append(("cached token, 1 client: median / p99", "\(us(percentile(samples, 0.5))) / \(us(percentile(samples, 0.99)))"))
-
-        // 2. Throughput with 8 and 64 clients.
-        for clients in [8, 64] {
-            let (rate, errors) = try throughput(socket: socket, clients: clients, line: tokenLine, seconds: 3)
-            rows.append(("cached token, \(clients) clients", "\(Int(rate)) requests/s, \(errors) errors"))
-        }
-
-        // 3. 50 clients right after expiry: how many refreshes reach the issuer, how long they wait.
-        _ = try client.call(#"{"id":1,"op":"token","account":"burst"}"#)
-        let before = burstIssuer.refreshCount
-        burstIssuer.setTokenBehaviour(.delay(milliseconds: 20))
-        let burst = try concurrent(socket: socket, clients: 50, line: #"{"id":1,"op":"token","account":"burst","min_ttl":7200}"#)
-        burstIssuer.setTokenBehaviour(.normal)
-        rows.append((
-            "50 clients after expiry (issuer answers in 20 ms)",
-            "\(burstIssuer.refreshCount - before) refresh, wait median \(ms(percentile(burst, 0.5))) / max \(ms(burst.max() ?? 0))"
-        ))
-
-        // 4. Rotation write-back: forced refreshes with and without a rotated token to store.
-        var plain: [Double] = []
-        var rotating: [Double] = []
-        for _ in 0..<100 {
-            plain.append(try timed(client, #"{"id":1,"op":"token","account":"plain","force_refresh":true}"#))
-            rotating.append(try timed(client, #"{"id":1,"op":"token","account":"rotating","force_refresh":true}"#))
-        }
-        rows.append((
-            "forced refresh, median: no rotation / rotation (durable write)",
-            "\(ms(percentile(plain, 0.5))) / \(ms(percentile(rotating, 0.5))) (write-back \(ms(percentile(rotating, 0.5) - percentile(plain, 0.5))))"
-        ))
-
-        // 5. Account B while account A's issuer hangs.
-        hangingIssuer.setTokenBehaviour(.hang)
-        let stuck = try Client.connect(socket, deadline: 5)
-        try stuck.send(#"{"id":1,"op":"token","account":"hanging","force_refresh":true}"#)
-        var during: [Double] = []
-        for _ in 0..<5_000 { during.append(try timed(client, tokenLine)) }
-        rows.append(("cached token for B while A's issuer hangs: median / p99", "\(us(percentile(during, 0.5))) / \(us(percentile(during, 0.99)))"))
-
-        // 6. Memory after the runs above.
-        rows.append(("vaultd RSS after the runs above", "\(try memory(of: daemon.processIdentifier).rssKB / 1024) MiB"))
-
-        // 7. Load: 1,000 connections held open, 100,000 token requests spread
-        // over them; twice, so a leak would show as growth between the rounds.
-        let idle = try memory(of: daemon.processIdentifier)
-        var afterRounds: [Memory] = []
-        for round in 1...2 {
-            var loaded = idle
-            let load = try heldConnections(socket: socket, connections: 1_000, requests: 100_000, line: tokenLine, workers: 50) {
-                loaded = try memory(of: daemon.processIdentifier)
-            }
-            // The connections are closed; give vaultd a moment to see them go.
-            _ = try client.call(#"{"id":1,"op":"status"}"#)
-            usleep(1_000_000)
-            afterRounds.append(try memory(of: daemon.processIdentifier))
-            rows.append((
-                "1,000 connections held + 100,000 token requests (round \(round))",
-                "\(Int(load.rate)) requests/s, \(load.errors) errors, \(load.connected) connected, RSS \(loaded.rssKB / 1024) MiB while held"
-            ))
-        }
-        rows.append((
-            "vaultd RSS: before / after round 1 / after round 2 / peak",
-            "\(idle.rssKB / 1024) / \(afterRounds[0].rssKB / 1024) / \(afterRounds[1].rssKB / 1024) / \(afterRounds[1].peakKB / 1024) MiB"
-        ))
-
-        // 8. A client that sends requests and never reads a reply.
-        let beforeSlow = try memory(of: daemon.processIdentifier)
-        let written = try slowReader(socket: socket, line: tokenLine)
-        let withSlow = try memory(of: daemon.processIdentifier)
-        rows.append((
-            "a client that never reads: bytes of requests vaultd took before it stopped reading",
-            "\(written / 1024) KiB, RSS +\(max(0, withSlow.rssKB - beforeSlow.rssKB) / 1024) MiB"
-        ))
-
-        // 9. vaultctl token, whole process.
-        var cli: [Double] = []
-        for _ in 0..<200 {
-            let start = Clock.now()
-            try spawnAndWait(bin + "/vaultctl", ["token", "bench", "--socket", socket])
-            cli.append(Clock.now() - start)
-        }
-        rows.append(("vaultctl token, whole process: median / p99", "\(ms(percentile(cli, 0.5))) / \(ms(percentile(cli, 0.99)))"))
-        // The floor for a whole process on this machine: spawning /bin/true.
-        var floor: [Double] = []
-        for _ in 0..<200 {
-            let start = Clock.now()
-            try spawnAndWait("/bin/true", [])
-            floor.append(Clock.now() - start)
-        }
-        rows.append(("floor: /bin/true, whole process: median / p99", "\(ms(percentile(floor, 0.5))) / \(ms(percentile(floor, 0.99)))"))
-
-        print("| measure | result |\n|---|---|")
+        print("| figure | vaultd | oidc-agent | vaultd ÷ oidc-agent | goal: where vaultd stands |\n|---|---|---|---|---|")
+        for row in side { print("| " + row.joined(separator: " | ") + " |") }
+        print("\n| vaultd alone | result |\n|---|---|")
         for (name, value) in rows { print("| \(name) | \(value) |") }
-        await issuer.stop()
-        await burstIssuer.stop()
-        await rotatingIssuer.stop()
-        hangingIssuer.setTokenBehaviour(.normal)
-        await hangingIssuer.stop()
+        print(String(format: "\nvaultbench took %.0f s", Clock.now() - began))
     }
 }
+
+/// vaultd alone against the in-process test issuer: the codec, refresh
+/// coalescing, write-back, a hanging issuer, held connections, a client
+/// that never reads.
+func alone(bin: String, folder: String, rows: inout [(String, String)]) async throws {
+    try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+    let socket = folder + "/v.sock"
+
+    let issuer = try await TestIssuer.start(accessTokenLifetime: 3600)
+    let burstIssuer = try await TestIssuer.start(accessTokenLifetime: 3600)
+    let rotatingIssuer = try await TestIssuer.start(accessTokenLifetime: 3600, rotateRefreshTokens: true)
+    let hangingIssuer = try await TestIssuer.start(accessTokenLifetime: 3600)
+
+    let daemon = try startVaultd(bin: bin, socket: socket, folder: folder)
+    defer { stop(daemon.processIdentifier) }
+    let client = try Client.connect(socket, deadline: 10)
+
+    func add(_ name: String, _ issuer: TestIssuer) throws {
+        let line = #"{"id":1,"op":"account.add","name":"\#(name)","issuer":"\#(issuer.issuer)","client_id":"\#(TestIssuer.clientID)","scopes":["openid","offline_access"],"refresh_token":"\#(issuer.mintRefreshToken())"}"#
+        guard try client.call(line).contains(#""ok":true"#) else { throw BenchError("account.add \(name) failed") }
+    }
+    try add("bench", issuer)
+    try add("burst", burstIssuer)
+    try add("rotating", rotatingIssuer)
+    try add("plain", burstIssuer)
+    try add("hanging", hangingIssuer)
+    let tokenLine = #"{"id":1,"op":"token","account":"bench"}"#
+    _ = try client.call(tokenLine)
+    let setUp = try memory(of: daemon.processIdentifier)
+    rows.append((
+        "idle after set-up (5 accounts, 1 token): RSS = anonymous + file pages; threads",
+        "\(mb(setUp.rssKB)) = \(mb(setUp.anonKB)) + \(mb(setUp.fileKB)); \(setUp.threads) threads"
+    ))
+
+    // The codec alone, in this process: decode a token request, encode its reply.
+    let requestBytes = Array(tokenLine.utf8)
+    let reply = TokenResult(
+        accessToken: try SecretBytes(utf8: String(repeating: "a", count: 40)),
+        tokenType: "Bearer",
+        expiresAt: 1_900_000_000,
+        expiresIn: 3600,
+        scope: "openid offline_access"
+    )
+    var codec: [Double] = []
+    for round in 0..<22_000 {
+        let start = Clock.now()
+        let request = LineCodec.request(from: requestBytes)
+        let line = LineCodec.line(for: Response(id: request.id, reply))
+        if round >= 2_000 { codec.append(Clock.now() - start) }
+        precondition(!line.isEmpty)
+    }
+    rows.append(("codec only (decode request + encode reply): median", us(percentile(codec, 0.5))))
+
+    // 50 clients right after expiry: how many refreshes reach the issuer, how long they wait.
+    _ = try client.call(#"{"id":1,"op":"token","account":"burst"}"#)
+    let before = burstIssuer.refreshCount
+    burstIssuer.setTokenBehaviour(.delay(milliseconds: 20))
+    let burst = try concurrent(socket: socket, clients: 50, line: #"{"id":1,"op":"token","account":"burst","min_ttl":7200}"#)
+    burstIssuer.setTokenBehaviour(.normal)
+    rows.append((
+        "50 clients asking for more than the cached token has left (issuer answers in 20 ms)",
+        "\(burstIssuer.refreshCount - before) refresh, wait median \(ms(percentile(burst, 0.5))) / max \(ms(burst.max() ?? 0))"
+    ))
+
+    // Rotation write-back: forced refreshes with and without a rotated token to store.
+    var plain: [Double] = []
+    var rotating: [Double] = []
+    for _ in 0..<100 {
+        plain.append(try timed(client, #"{"id":1,"op":"token","account":"plain","force_refresh":true}"#))
+        rotating.append(try timed(client, #"{"id":1,"op":"token","account":"rotating","force_refresh":true}"#))
+    }
+    rows.append((
+        "forced refresh, median: no rotation / rotation (durable write)",
+        "\(ms(percentile(plain, 0.5))) / \(ms(percentile(rotating, 0.5))) (write-back \(ms(percentile(rotating, 0.5) - percentile(plain, 0.5))))"
+    ))
+
+    // Account B while account A's issuer hangs.
+    hangingIssuer.setTokenBehaviour(.hang)
+    let stuck = try Client.connect(socket, deadline: 5)
+    try stuck.send(#"{"id":1,"op":"token","account":"hanging","force_refresh":true}"#)
+    var during: [Double] = []
+    for _ in 0..<5_000 { during.append(try timed(client, tokenLine)) }
+    rows.append(("cached token for B while A's issuer hangs (Swift client): median / p99", "\(us(percentile(during, 0.5))) / \(us(percentile(during, 0.99)))"))
+
+    // Load: 1,000 connections held open, 100,000 token requests spread
+    // over them; twice, so a leak would show as growth between the rounds.
+    let idle = try memory(of: daemon.processIdentifier)
+    var afterRounds: [Memory] = []
+    for round in 1...2 {
+        var loaded = idle
+        let load = try heldConnections(socket: socket, connections: 1_000, requests: 100_000, line: tokenLine, workers: 50) {
+            loaded = try memory(of: daemon.processIdentifier)
+        }
+        // The connections are closed; give vaultd a moment to see them go.
+        _ = try client.call(#"{"id":1,"op":"status"}"#)
+        usleep(1_000_000)
+        afterRounds.append(try memory(of: daemon.processIdentifier))
+        rows.append((
+            "1,000 connections held + 100,000 token requests (round \(round))",
+            "\(Int(load.rate)) requests/s, \(load.errors) errors, \(load.connected) connected, RSS \(mb(loaded.rssKB)) while held"
+        ))
+    }
+    rows.append((
+        "RSS: before / after round 1 / after round 2 / peak",
+        "\(mb(idle.rssKB)) / \(mb(afterRounds[0].rssKB)) / \(mb(afterRounds[1].rssKB)) / \(mb(afterRounds[1].peakKB))"
+    ))
+
+    // A client that sends requests and never reads a reply.
+    let beforeSlow = try memory(of: daemon.processIdentifier)
+    let written = try slowReader(socket: socket, line: tokenLine)
+    let withSlow = try memory(of: daemon.processIdentifier)
+    rows.append((
+        "a client that never reads: bytes of requests vaultd took before it stopped reading",
+        "\(written / 1024) KiB, RSS +\(mb(max(0, withSlow.rssKB - beforeSlow.rssKB)))"
+    ))
+
+    await issuer.stop()
+    await burstIssuer.stop()
+    await rotatingIssuer.stop()
+    hangingIssuer.setTokenBehaviour(.normal)
+    await hangingIssuer.stop()
+}
+
+/// A release vaultd on `socket`, its state and configuration under `folder`.
+func startVaultd(bin: String, socket: String, folder: String, environment extra: [String: String] = [:]) throws -> Process {
+    let daemon = Process()
+    daemon.executableURL = URL(fileURLWithPath: bin + "/vaultd")
+    daemon.arguments = ["--socket", socket, "--log-level", "warning"]
+    daemon.environment = ProcessInfo.processInfo.environment.merging(vaultdEnvironment(folder)) { $1 }.merging(extra) { $1 }
+    try daemon.run()
+    return daemon
+}
+
+func vaultdEnvironment(_ folder: String) -> [String: String] {
+    ["XDG_STATE_HOME": folder + "/state", "XDG_CONFIG_HOME": folder + "/config"]
+}
+
+/// Megabytes (10^6 bytes) from KiB, as the goals are written.
+func mb(_ kib: Int) -> String { String(format: "%.1f MB", Double(kib) * 1024 / 1e6) }
 
 struct BenchError: Error, CustomStringConvertible {
     var description: String
@@ -212,36 +205,6 @@ func timed(_ client: Client, _ line: String) throws -> Double {
     let start = Clock.now()
     _ = try client.call(line)
     return Clock.now() - start
-}
-
-/// `clients` connections, each a thread asking in a closed loop for `seconds`.
-func throughput(socket: String, clients: Int, line: String, seconds: Double) throws -> (Double, Int) {
-    let connections = try (0..<clients).map { _ in try Client.connect(socket, deadline: 5) }
-    let counts = Slots<Int>(count: clients * 2, initial: 0)
-    let end = Clock.now() + seconds
-    let start = Clock.now()
-    // One real thread per client: concurrentPerform would run only as many
-    // at once as there are cores.
-    let done = DispatchGroup()
-    for index in 0..<clients {
-        done.enter()
-        let client = connections[index]
-        Thread {
-            while Clock.now() < end {
-                if let reply = try? client.call(line), reply.contains(#""ok":true"#) {
-                    counts.buffer[index * 2] += 1
-                } else {
-                    counts.buffer[index * 2 + 1] += 1
-                }
-            }
-            done.leave()
-        }.start()
-    }
-    done.wait()
-    let elapsed = Clock.now() - start
-    let ok = (0..<clients).reduce(0) { $0 + counts.buffer[$1 * 2] }
-    let errors = (0..<clients).reduce(0) { $0 + counts.buffer[$1 * 2 + 1] }
-    return (Double(ok) / elapsed, errors)
 }
 
 /// `connections` connections opened and held; `workers` threads each own a
@@ -346,17 +309,31 @@ func concurrent(socket: String, clients: Int, line: String) throws -> [Double] {
     return Array(waits.buffer)
 }
 
-func spawnAndWait(_ path: String, _ arguments: [String]) throws {
-    var actions = posix_spawn_file_actions_t()
-    posix_spawn_file_actions_init(&actions)
-    defer { posix_spawn_file_actions_destroy(&actions) }
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-    let argv = ([path] + arguments).map { strdup($0) } + [nil]
-    defer { argv.forEach { free($0) } }
-    var pid: pid_t = 0
-    guard posix_spawn(&pid, path, &actions, nil, argv, environ) == 0 else { throw BenchError("cannot run \(path)") }
-    var status: Int32 = 0
-    waitpid(pid, &status, 0)
+/// A program to time as a whole process.
+struct Command {
+    var path: String
+    var arguments: [String]
+    var environment: [String: String] = [:]
+}
+
+/// Runs each command `rounds` times, taking turns (A, B, C, A, B, C, …) so
+/// that whatever else the machine does falls on all of them alike; each
+/// command's wall times from spawn to exit.
+func wholeProcess(_ commands: [Command], rounds: Int) throws -> [[Double]] {
+    var times = Array(repeating: [Double](), count: commands.count)
+    for _ in 0..<rounds {
+        for (index, command) in commands.enumerated() {
+            let start = Clock.now()
+            let pid = try spawn(command.path, command.arguments, environment: command.environment)
+            var status: Int32 = 0
+            waitpid(pid, &status, 0)
+            times[index].append(Clock.now() - start)
+            guard status == 0 else {
+                throw BenchError("\(command.path) \(command.arguments.first ?? "") failed (status \(status))")
+            }
+        }
+    }
+    return times
 }
 
 /// A blocking line client on one connection.
@@ -428,36 +405,4 @@ final class Slots<T>: @unchecked Sendable {
     }
 
     deinit { self.buffer.deallocate() }
-}
-
-/// Round trips to a plain blocking echo server in this process: what the
-/// machine's Unix sockets and scheduler cost before any daemon work.
-func echoFloor(path: String, line: String) throws -> [Double] {
-    let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-    var address = sockaddr_un()
-    address.sun_family = sa_family_t(AF_UNIX)
-    withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8)) }
-    _ = withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-    }
-    listen(listener, 1)
-    Thread {
-        let connection = accept(listener, nil, nil)
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let n = read(connection, &buffer, buffer.count)
-            if n <= 0 { break }
-            _ = write(connection, buffer, n)
-        }
-        close(connection)
-        close(listener)
-    }.start()
-    let client = try Client(path)
-    var samples: [Double] = []
-    for round in 0..<22_000 {
-        let start = Clock.now()
-        _ = try client.call(line)
-        if round >= 2_000 { samples.append(Clock.now() - start) }
-    }
-    return samples
 }

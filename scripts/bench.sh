@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Build the release products vaultbench runs (vaultd, vaultctl, vaultbench
+# only) and run it: vaultd beside oidc-agent on one Glewlwyd, the C echo
+# floor, vaultd alone, scaling with accounts, start-up. Prints the tables of
+# BENCHMARKS.md.
+#
+#   scripts/bench.sh                     # build (release, static Swift runtime) and run
+#   scripts/bench.sh --no-build          # run what is built
+#   SCRATCH=.build-release scripts/bench.sh   # another build folder
+#
+# Needs cc and libsodium-dev (the C load client is compiled at run time),
+# glewlwyd for the side-by-side run, oidc-agent-cli for the peer's column.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+flags=(-c release --static-swift-stdlib)
+[ -n "${SCRATCH:-}" ] && flags+=(--scratch-path "$SCRATCH")
+if [ "${1:-}" != "--no-build" ]; then
+    for product in vaultd vaultctl vaultbench; do
+        swift build "${flags[@]}" --product "$product" >&2
+    done
+fi
+exec "$(swift build "${flags[@]}" --show-bin-path)/vaultbench"
