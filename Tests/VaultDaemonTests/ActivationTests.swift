@@ -16,15 +16,15 @@ struct ActivationTests {
         ]
         let launcher = ["/usr/bin/systemd-socket-activate", "-l", socket, "--fdname=vaultd"]
             + variables.map { "-E\($0.key)=\($0.value)" }
-        let daemon = try DaemonProcess(folder: folder, socketPath: socket, launcher: launcher)
-        defer { Task { _ = await daemon.terminate() } }
-        #expect(await daemon.waitForLog("Listening on"))
-        #expect(!daemon.output.contains("vault opened"), "vaultd has not started before the first connection")
-        let client = try LineClient(path: socket)
-        let hello = try #require(await client.call(#"{"id":1,"op":"hello"}"#))
-        #expect(hello["server"] as? String == "vaultd", "\(hello)")
-        #expect(daemon.output.contains("activation=systemd"), "vaultd adopted the socket: \(daemon.output)")
-        #expect(await daemon.terminate() == 0)
+        try await using(DaemonProcess(folder: folder, socketPath: socket, launcher: launcher)) { daemon in
+            #expect(await daemon.waitForLog("Listening on"))
+            #expect(!daemon.output.contains("vault opened"), "vaultd has not started before the first connection")
+            let client = try LineClient(path: socket)
+            let hello = try #require(await client.call(#"{"id":1,"op":"hello"}"#))
+            #expect(hello["server"] as? String == "vaultd", "\(hello)")
+            #expect(daemon.output.contains("activation=systemd"), "vaultd adopted the socket: \(daemon.output)")
+            #expect(await daemon.terminate() == 0)
+        }
     }
 
     @Test func readyComesOnlyOnceTheSocketServesAndStoppingOnSIGTERM() async throws {
@@ -44,10 +44,10 @@ struct ActivationTests {
     @Test func theWatchdogIsFedWhenSystemdAsks() async throws {
         let folder = try temporaryFolder()
         let notify = try NotifyListener(path: folder + "/notify")
-        let daemon = try DaemonProcess(folder: folder, environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "200000"])
-        defer { Task { _ = await daemon.terminate() } }
-        #expect(await notify.next(containing: "WATCHDOG=1") != nil)
-        #expect(await notify.next(containing: "WATCHDOG=1") != nil, "again, within the interval")
+        try await using(DaemonProcess(folder: folder, environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "200000"])) { daemon in
+            #expect(await notify.next(containing: "WATCHDOG=1") != nil)
+            #expect(await notify.next(containing: "WATCHDOG=1") != nil, "again, within the interval")
+        }
     }
 
     @Test func aSocketActivatedDaemonExitsWhenIdle() async throws {
@@ -56,15 +56,15 @@ struct ActivationTests {
         let variables = ["XDG_STATE_HOME": folder + "/state", "XDG_CONFIG_HOME": folder + "/config", "XDG_RUNTIME_DIR": folder]
         let launcher = ["/usr/bin/systemd-socket-activate", "-l", socket, "--fdname=vaultd"]
             + variables.map { "-E\($0.key)=\($0.value)" }
-        let daemon = try DaemonProcess(folder: folder, socketPath: socket, arguments: ["--exit-idle-after", "1"], launcher: launcher)
-        defer { Task { _ = await daemon.terminate() } }
-        #expect(await daemon.waitForLog("Listening on"))
-        do {
-            let client = try LineClient(path: socket)
-            #expect(await client.call(#"{"id":1,"op":"hello"}"#)?["ok"] as? Bool == true)
+        try await using(DaemonProcess(folder: folder, socketPath: socket, arguments: ["--exit-idle-after", "1"], launcher: launcher)) { daemon in
+            #expect(await daemon.waitForLog("Listening on"))
+            do {
+                let client = try LineClient(path: socket)
+                #expect(await client.call(#"{"id":1,"op":"hello"}"#)?["ok"] as? Bool == true)
+            }
+            #expect(await daemon.waitForExit() == 0, "vaultd ended by itself once idle")
+            #expect(daemon.output.contains("idle; exiting"), "\(daemon.output)")
         }
-        #expect(await daemon.waitForExit() == 0, "vaultd ended by itself once idle")
-        #expect(daemon.output.contains("idle; exiting"), "\(daemon.output)")
     }
 }
 
