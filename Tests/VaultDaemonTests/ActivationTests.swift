@@ -50,6 +50,21 @@ struct ActivationTests {
         }
     }
 
+    /// A service manager that stops reading $NOTIFY_SOCKET does not keep
+    /// vaultd from serving or from stopping: a notification that would wait
+    /// is dropped.
+    @Test func aNotifySocketThatIsFullNeitherBlocksNorKeepsVaultdRunning() async throws {
+        let folder = try temporaryFolder()
+        let notify = try NotifyListener(path: folder + "/notify")
+        notify.fill()
+        try await using(DaemonProcess(folder: folder, environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "20000"])) { daemon in
+            #expect(await daemon.waitForLog("listening"))
+            let client = try LineClient(path: daemon.socketPath)
+            #expect(await client.call(#"{"id":1,"op":"hello"}"#)?["ok"] as? Bool == true)
+            #expect(await daemon.terminate(within: 10) == 0, "\(daemon.output)")
+        }
+    }
+
     @Test func aSocketActivatedDaemonExitsWhenIdle() async throws {
         let folder = try temporaryFolder()
         let socket = folder + "/a.sock"
@@ -88,6 +103,27 @@ final class NotifyListener: @unchecked Sendable {
     }
 
     deinit { close(self.fd) }
+
+    /// Sends datagrams to this socket until its queue is full, as when the
+    /// service manager has stopped reading.
+    func fill() {
+        let sender = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+        defer { close(sender) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(self.path.utf8)) }
+        let message = Array("STATUS=filler".utf8)
+        while true {
+            let sent = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { to in
+                    message.withUnsafeBytes {
+                        sendto(sender, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT), to, socklen_t(MemoryLayout<sockaddr_un>.size))
+                    }
+                }
+            }
+            if sent < 0 { return }
+        }
+    }
 
     /// The next datagram that contains `text`, or nil at the deadline.
     func next(containing text: String) async -> String? {
