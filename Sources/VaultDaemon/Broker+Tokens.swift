@@ -56,8 +56,10 @@ extension Broker {
         }
         let refresh = self.accounts[name]?.refreshing[key]?.task ?? self.startRefresh(name, key: key, scopes: request.scopes)
         self.accounts[name]?.waiting += 1
-        let outcome = await refresh.value
+        // A caller whose connection closed stops waiting; the refresh runs on for the others.
+        let outcome = await refresh.valueUnlessCancelled()
         self.accounts[name]?.waiting -= 1
+        guard let outcome else { throw VaultError(.internalError, "the request was cancelled: its connection closed") }
         let later = self.clock.now()
         switch outcome {
         case .success(let token):

@@ -44,6 +44,10 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var subscribed = false
     /// Requests of this connection still being worked on.
     private var pending = 0
+    /// Their tasks, cancelled when the connection closes: no one is left to
+    /// read their replies. (Work shared with others, a refresh, runs on.)
+    private var tasks: [Int: Task<Void, Never>] = [:]
+    private var nextTask = 0
     /// Writes handed to the channel and not yet completed.
     private var unwritten = 0
     /// Bytes read and not decoded yet: a partial line, or whole lines held
@@ -103,6 +107,8 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         if self.subscribed { self.dispatcher.broker.events.unsubscribe(context.channel) }
+        for task in self.tasks.values { task.cancel() }
+        self.tasks = [:]
         self.idleCheck?.cancel()
         self.inbound = nil
         self.countHeld()
@@ -174,7 +180,10 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
             let loopContext = NIOLoopBound(context, eventLoop: context.eventLoop)
             connections.started()
             self.pending += 1
-            Task {
+            let key = self.nextTask
+            self.nextTask += 1
+            // Removed on this event loop, so always after it is added below.
+            self.tasks[key] = Task {
                 let response = await work()
                 var buffer = channel.allocator.buffer(capacity: 256)
                 buffer.writeBytes(LineCodec.line(for: response))
@@ -182,6 +191,7 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 channel.writeAndFlush(buffer, promise: nil)
                 channel.eventLoop.execute {
                     connections.finished()
+                    handler.value.tasks[key] = nil
                     handler.value.pending -= 1
                     handler.value.resume(context: loopContext.value)
                 }

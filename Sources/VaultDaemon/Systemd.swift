@@ -25,7 +25,10 @@ public enum Systemd {
     }
 
     /// Sends `state` (`READY=1`, `STATUS=…`, `STOPPING=1`, `WATCHDOG=1`) to
-    /// `$NOTIFY_SOCKET`; nothing when vaultd does not run under systemd.
+    /// `$NOTIFY_SOCKET`; nothing when vaultd does not run under systemd. Never
+    /// waits: when the service manager's queue is full the message is dropped,
+    /// rather than blocking a thread of the concurrency pool, which left vaultd
+    /// unable to stop.
     public static func notify(_ state: String) {
         guard let target = TokenVault.environment("NOTIFY_SOCKET"), !target.isEmpty else { return }
         let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
@@ -43,7 +46,7 @@ public enum Systemd {
         let bytes = Array(state.utf8)
         _ = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
-                bytes.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), address, length) }
+                bytes.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT), address, length) }
             }
         }
     }

@@ -32,7 +32,13 @@ public final class SealedFileStore: SecretStore {
     public let path: String
     public let keySource: KeySource
     private let threadPool: NIOThreadPool
+    /// The key and the file as last written: held only to read or replace
+    /// them, never across a write, so `isLocked` and `load` never wait on disk.
     private let state: Mutex<State>
+    /// Held across a change's seal, write and fsync: changes happen one at a time.
+    private let writer = Mutex<Void>(())
+    /// Runs before each write of the file; a test holds a write here.
+    private let beforeWrite: @Sendable () -> Void
 
     private struct State {
         var key: SecretBytes?
@@ -42,11 +48,21 @@ public final class SealedFileStore: SecretStore {
     /// Opens the vault at `path`. With a key file or credential the key is
     /// loaded and the file checked now, so a bad file stops the daemon at start;
     /// a passphrase vault starts locked.
-    public init(path: String, keySource: KeySource, threadPool: NIOThreadPool = .singleton) throws(StoreError) {
+    public convenience init(path: String, keySource: KeySource, threadPool: NIOThreadPool = .singleton) throws(StoreError) {
+        try self.init(path: path, keySource: keySource, threadPool: threadPool, beforeWrite: {})
+    }
+
+    init(
+        path: String,
+        keySource: KeySource,
+        threadPool: NIOThreadPool = .singleton,
+        beforeWrite: @escaping @Sendable () -> Void
+    ) throws(StoreError) {
         self.path = path
         self.keySource = keySource
         self.threadPool = threadPool
         self.state = Mutex(State())
+        self.beforeWrite = beforeWrite
         try FileSystem.ensurePrivateDirectory(FileSystem.directory(of: path))
         if keySource != .passphrase {
             try self.state.withLock { (state) throws(StoreError) in
@@ -75,8 +91,7 @@ public final class SealedFileStore: SecretStore {
 
     public func save(_ secrets: AccountSecrets, for account: String) async throws(StoreError) {
         try await self.offload { () throws(StoreError) in
-            try self.state.withLock { (state) throws(StoreError) in
-                let (key, file) = try Self.unlocked(state)
+            _ = try self.change { (file, key) throws(StoreError) -> VaultFile? in
                 var next = file
                 do {
                     next.records[account] = try AEAD.seal(
@@ -87,23 +102,36 @@ public final class SealedFileStore: SecretStore {
                 } catch {
                     throw StoreError(.io, "could not seal the record of '\(account)'")
                 }
-                try self.write(next, key: key)
-                state.file = next
+                return next
             }
         }
     }
 
     public func remove(_ account: String) async throws(StoreError) -> Bool {
         try await self.offload { () throws(StoreError) -> Bool in
-            try self.state.withLock { (state) throws(StoreError) -> Bool in
-                let (key, file) = try Self.unlocked(state)
-                guard file.records[account] != nil else { return false }
+            try self.change { (file, _) throws(StoreError) -> VaultFile? in
+                guard file.records[account] != nil else { return nil }
                 var next = file
                 next.records[account] = nil
-                try self.write(next, key: key)
-                state.file = next
-                return true
+                return next
             }
+        }
+    }
+
+    /// Writes the file `body` makes of the current one (nil: no change) and
+    /// keeps it; true when it wrote. One change at a time, under `writer`; the
+    /// state lock is held only to read the file and to keep the new one, so
+    /// the lock state is read meanwhile without waiting on the disk.
+    private func change(_ body: (VaultFile, SecretBytes) throws(StoreError) -> VaultFile?) throws(StoreError) -> Bool {
+        try self.writer.withLock { (_: inout Void) throws(StoreError) -> Bool in
+            let (key, file) = try self.state.withLock { (state) throws(StoreError) in try Self.unlocked(state) }
+            guard let next = try body(file, key) else { return false }
+            try self.write(next, key: key)
+            // Locked while it was written: the file is on disk; unlocking reads it again.
+            self.state.withLock { state in
+                if state.key != nil { state.file = next }
+            }
+            return true
         }
     }
 
@@ -116,8 +144,10 @@ public final class SealedFileStore: SecretStore {
             throw StoreError(.keySource, "this vault is sealed with a passphrase; unlock needs it")
         }
         try await self.offload { () throws(StoreError) in
-            let opened = try self.open(passphrase: passphrase)
-            self.state.withLock { $0 = opened }
+            try self.writer.withLock { (_: inout Void) throws(StoreError) in
+                let opened = try self.open(passphrase: passphrase)
+                self.state.withLock { $0 = opened }
+            }
         }
     }
 
@@ -185,6 +215,7 @@ public final class SealedFileStore: SecretStore {
     }
 
     private func write(_ file: VaultFile, key: SecretBytes) throws(StoreError) {
+        self.beforeWrite()
         try FileSystem.writeAtomically(try file.serialized(key: key), to: self.path)
     }
 

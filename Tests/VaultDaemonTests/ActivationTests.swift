@@ -16,15 +16,15 @@ struct ActivationTests {
         ]
         let launcher = ["/usr/bin/systemd-socket-activate", "-l", socket, "--fdname=vaultd"]
             + variables.map { "-E\($0.key)=\($0.value)" }
-        let daemon = try DaemonProcess(folder: folder, socketPath: socket, launcher: launcher)
-        defer { Task { _ = await daemon.terminate() } }
-        #expect(await daemon.waitForLog("Listening on"))
-        #expect(!daemon.output.contains("vault opened"), "vaultd has not started before the first connection")
-        let client = try LineClient(path: socket)
-        let hello = try #require(await client.call(#"{"id":1,"op":"hello"}"#))
-        #expect(hello["server"] as? String == "vaultd", "\(hello)")
-        #expect(daemon.output.contains("activation=systemd"), "vaultd adopted the socket: \(daemon.output)")
-        #expect(await daemon.terminate() == 0)
+        try await using(DaemonProcess(folder: folder, socketPath: socket, launcher: launcher)) { daemon in
+            #expect(await daemon.waitForLog("Listening on"))
+            #expect(!daemon.output.contains("vault opened"), "vaultd has not started before the first connection")
+            let client = try LineClient(path: socket)
+            let hello = try #require(await client.call(#"{"id":1,"op":"hello"}"#))
+            #expect(hello["server"] as? String == "vaultd", "\(hello)")
+            #expect(daemon.output.contains("activation=systemd"), "vaultd adopted the socket: \(daemon.output)")
+            #expect(await daemon.terminate() == 0)
+        }
     }
 
     @Test func readyComesOnlyOnceTheSocketServesAndStoppingOnSIGTERM() async throws {
@@ -44,10 +44,25 @@ struct ActivationTests {
     @Test func theWatchdogIsFedWhenSystemdAsks() async throws {
         let folder = try temporaryFolder()
         let notify = try NotifyListener(path: folder + "/notify")
-        let daemon = try DaemonProcess(folder: folder, environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "200000"])
-        defer { Task { _ = await daemon.terminate() } }
-        #expect(await notify.next(containing: "WATCHDOG=1") != nil)
-        #expect(await notify.next(containing: "WATCHDOG=1") != nil, "again, within the interval")
+        try await using(DaemonProcess(folder: folder, environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "200000"])) { daemon in
+            #expect(await notify.next(containing: "WATCHDOG=1") != nil)
+            #expect(await notify.next(containing: "WATCHDOG=1") != nil, "again, within the interval")
+        }
+    }
+
+    /// A service manager that stops reading $NOTIFY_SOCKET does not keep
+    /// vaultd from serving or from stopping: a notification that would wait
+    /// is dropped.
+    @Test func aNotifySocketThatIsFullNeitherBlocksNorKeepsVaultdRunning() async throws {
+        let folder = try temporaryFolder()
+        let notify = try NotifyListener(path: folder + "/notify")
+        notify.fill()
+        try await using(DaemonProcess(folder: folder, environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "20000"])) { daemon in
+            #expect(await daemon.waitForLog("listening"))
+            let client = try LineClient(path: daemon.socketPath)
+            #expect(await client.call(#"{"id":1,"op":"hello"}"#)?["ok"] as? Bool == true)
+            #expect(await daemon.terminate(within: 10) == 0, "\(daemon.output)")
+        }
     }
 
     @Test func aSocketActivatedDaemonExitsWhenIdle() async throws {
@@ -56,15 +71,15 @@ struct ActivationTests {
         let variables = ["XDG_STATE_HOME": folder + "/state", "XDG_CONFIG_HOME": folder + "/config", "XDG_RUNTIME_DIR": folder]
         let launcher = ["/usr/bin/systemd-socket-activate", "-l", socket, "--fdname=vaultd"]
             + variables.map { "-E\($0.key)=\($0.value)" }
-        let daemon = try DaemonProcess(folder: folder, socketPath: socket, arguments: ["--exit-idle-after", "1"], launcher: launcher)
-        defer { Task { _ = await daemon.terminate() } }
-        #expect(await daemon.waitForLog("Listening on"))
-        do {
-            let client = try LineClient(path: socket)
-            #expect(await client.call(#"{"id":1,"op":"hello"}"#)?["ok"] as? Bool == true)
+        try await using(DaemonProcess(folder: folder, socketPath: socket, arguments: ["--exit-idle-after", "1"], launcher: launcher)) { daemon in
+            #expect(await daemon.waitForLog("Listening on"))
+            do {
+                let client = try LineClient(path: socket)
+                #expect(await client.call(#"{"id":1,"op":"hello"}"#)?["ok"] as? Bool == true)
+            }
+            #expect(await daemon.waitForExit() == 0, "vaultd ended by itself once idle")
+            #expect(daemon.output.contains("idle; exiting"), "\(daemon.output)")
         }
-        #expect(await daemon.waitForExit() == 0, "vaultd ended by itself once idle")
-        #expect(daemon.output.contains("idle; exiting"), "\(daemon.output)")
     }
 }
 
@@ -88,6 +103,27 @@ final class NotifyListener: @unchecked Sendable {
     }
 
     deinit { close(self.fd) }
+
+    /// Sends datagrams to this socket until its queue is full, as when the
+    /// service manager has stopped reading.
+    func fill() {
+        let sender = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+        defer { close(sender) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(self.path.utf8)) }
+        let message = Array("STATUS=filler".utf8)
+        while true {
+            let sent = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { to in
+                    message.withUnsafeBytes {
+                        sendto(sender, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT), to, socklen_t(MemoryLayout<sockaddr_un>.size))
+                    }
+                }
+            }
+            if sent < 0 { return }
+        }
+    }
 
     /// The next datagram that contains `text`, or nil at the deadline.
     func next(containing text: String) async -> String? {

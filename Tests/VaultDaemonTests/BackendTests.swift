@@ -5,13 +5,13 @@ import Testing
 @Suite(.timeLimit(.minutes(1)))
 struct BackendTests {
     @Test func migratingToTheBackendInUseOrToOneThatIsNotThere() async throws {
-        let vault = try await InProcessVault.start()
-        defer { Task { await vault.stop() } }
-        let client = try LineClient(path: vault.socketPath)
-        let same = try #require(await client.call(#"{"id":1,"op":"migrate","to":"file"}"#))
-        #expect(same["moved"] as? [String] == [], "\(same)")
-        let missing = try #require(await client.call(#"{"id":2,"op":"migrate","to":"keyring"}"#))
-        #expect(missing.errorCode == "bad_request", "\(missing)")
-        #expect(await client.call(#"{"id":3,"op":"migrate","to":"floppy"}"#)?.errorCode == "bad_request")
+        try await withVault { vault in
+            let client = try LineClient(path: vault.socketPath)
+            let same = try #require(await client.call(#"{"id":1,"op":"migrate","to":"file"}"#))
+            #expect(same["moved"] as? [String] == [], "\(same)")
+            let missing = try #require(await client.call(#"{"id":2,"op":"migrate","to":"keyring"}"#))
+            #expect(missing.errorCode == "bad_request", "\(missing)")
+            #expect(await client.call(#"{"id":3,"op":"migrate","to":"floppy"}"#)?.errorCode == "bad_request")
+        }
     }
 }

@@ -55,125 +55,125 @@ struct GlewlwydSignInTests {
 
     @Test func theBrowserFlowSignsInWithPKCEThroughTheLoopbackListener() async throws {
         try await Glewlwyd.with { provider in
-            let vault = try await InProcessVault.start()
-            defer { Task { await vault.stop() } }
-            let client = try LineClient(path: vault.socketPath)
-            let redirect = try await self.registeredRedirect(provider, client: "public-app")
-            await self.add(client, provider, client: "public-app", redirect: redirect)
+            try await withVault { vault in
+                let client = try LineClient(path: vault.socketPath)
+                let redirect = try await self.registeredRedirect(provider, client: "public-app")
+                await self.add(client, provider, client: "public-app", redirect: redirect)
 
-            let started = try #require(await client.call(#"{"id":1,"op":"signin.start","account":"work","method":"browser"}"#))
-            #expect(started["state"] as? String == "open_browser", "\(started)")
-            let url = try #require(started["url"] as? String)
-            #expect(url.contains("code_challenge_method=S256") && url.contains("state=") && url.contains("nonce="))
-            let flow = try #require(started["flow"] as? String)
+                let started = try #require(await client.call(#"{"id":1,"op":"signin.start","account":"work","method":"browser"}"#))
+                #expect(started["state"] as? String == "open_browser", "\(started)")
+                let url = try #require(started["url"] as? String)
+                #expect(url.contains("code_challenge_method=S256") && url.contains("state=") && url.contains("nonce="))
+                let flow = try #require(started["flow"] as? String)
 
-            // An answer with another state is refused and the flow keeps waiting.
-            let forged = try await self.browse(provider, url, ["--wrong-state"])
-            #expect(forged["status"] as? Int == 400, "\(forged)")
-            let still = try #require(await client.call(#"{"id":2,"op":"signin.wait","flow":"\#(flow)","timeout_ms":0}"#))
-            #expect(still["state"] as? String == "open_browser", "\(still)")
+                // An answer with another state is refused and the flow keeps waiting.
+                let forged = try await self.browse(provider, url, ["--wrong-state"])
+                #expect(forged["status"] as? Int == 400, "\(forged)")
+                let still = try #require(await client.call(#"{"id":2,"op":"signin.wait","flow":"\#(flow)","timeout_ms":0}"#))
+                #expect(still["state"] as? String == "open_browser", "\(still)")
 
-            let page = try await self.browse(provider, url)
-            #expect(page["status"] as? Int == 200)
-            #expect((page["body"] as? String)?.contains("Signed in") == true, "\(page)")
-            let done = try #require(await client.call(#"{"id":3,"op":"signin.wait","flow":"\#(flow)"}"#))
-            #expect(done["state"] as? String == "signed_in", "\(done)")
-            #expect(done["username"] as? String == "ada@example.org")
-            let token = try #require(await client.call(#"{"id":4,"op":"token","account":"work","force_refresh":true}"#))
-            #expect(token["ok"] as? Bool == true, "the signed-in refresh token works: \(token)")
+                let page = try await self.browse(provider, url)
+                #expect(page["status"] as? Int == 200)
+                #expect((page["body"] as? String)?.contains("Signed in") == true, "\(page)")
+                let done = try #require(await client.call(#"{"id":3,"op":"signin.wait","flow":"\#(flow)"}"#))
+                #expect(done["state"] as? String == "signed_in", "\(done)")
+                #expect(done["username"] as? String == "ada@example.org")
+                let token = try #require(await client.call(#"{"id":4,"op":"token","account":"work","force_refresh":true}"#))
+                #expect(token["ok"] as? Bool == true, "the signed-in refresh token works: \(token)")
+            }
         }
     }
 
     @Test func aDeclinedBrowserSignInFails() async throws {
         try await Glewlwyd.with { provider in
-            let vault = try await InProcessVault.start()
-            defer { Task { await vault.stop() } }
-            let client = try LineClient(path: vault.socketPath)
-            await self.add(client, provider, client: "public-app")
-            let started = try #require(await client.call(#"{"id":1,"op":"signin.start","account":"work","method":"browser"}"#))
-            let url = try #require(started["url"] as? String)
-            let flow = try #require(started["flow"] as? String)
-            let page = try await self.browse(provider, url, ["--deny"])
-            #expect((page["body"] as? String)?.contains("declined") == true, "\(page)")
-            let done = try #require(await client.call(#"{"id":2,"op":"signin.wait","flow":"\#(flow)"}"#))
-            #expect(done.errorCode == "idp_error", "\(done)")
-            #expect((done["error"] as? [String: Any])?["error"] as? String == "access_denied")
+            try await withVault { vault in
+                let client = try LineClient(path: vault.socketPath)
+                await self.add(client, provider, client: "public-app")
+                let started = try #require(await client.call(#"{"id":1,"op":"signin.start","account":"work","method":"browser"}"#))
+                let url = try #require(started["url"] as? String)
+                let flow = try #require(started["flow"] as? String)
+                let page = try await self.browse(provider, url, ["--deny"])
+                #expect((page["body"] as? String)?.contains("declined") == true, "\(page)")
+                let done = try #require(await client.call(#"{"id":2,"op":"signin.wait","flow":"\#(flow)"}"#))
+                #expect(done.errorCode == "idp_error", "\(done)")
+                #expect((done["error"] as? [String: Any])?["error"] as? String == "access_denied")
+            }
         }
     }
 
     @Test func theDeviceFlowSignsInOnceTheUserApproves() async throws {
         try await Glewlwyd.with { provider in
-            let vault = try await InProcessVault.start()
-            defer { Task { await vault.stop() } }
-            let client = try LineClient(path: vault.socketPath)
-            await self.add(client, provider, client: "public-app")
-            let started = try #require(await client.call(#"{"id":1,"op":"signin.start","account":"work","method":"device"}"#))
-            #expect(started["state"] as? String == "device_code", "\(started)")
-            let userCode = try #require(started["user_code"] as? String)
-            #expect(started["verification_uri"] is String)
-            let flow = try #require(started["flow"] as? String)
-            // Before approval the flow is still waiting.
-            let pending = try #require(await client.call(#"{"id":2,"op":"signin.wait","flow":"\#(flow)","timeout_ms":1500}"#))
-            #expect(pending["state"] as? String == "device_code", "\(pending)")
+            try await withVault { vault in
+                let client = try LineClient(path: vault.socketPath)
+                await self.add(client, provider, client: "public-app")
+                let started = try #require(await client.call(#"{"id":1,"op":"signin.start","account":"work","method":"device"}"#))
+                #expect(started["state"] as? String == "device_code", "\(started)")
+                let userCode = try #require(started["user_code"] as? String)
+                #expect(started["verification_uri"] is String)
+                let flow = try #require(started["flow"] as? String)
+                // Before approval the flow is still waiting.
+                let pending = try #require(await client.call(#"{"id":2,"op":"signin.wait","flow":"\#(flow)","timeout_ms":1500}"#))
+                #expect(pending["state"] as? String == "device_code", "\(pending)")
 
-            let approved = try await runTool(
-                packageRoot + "/Tests/Support/glewlwyd/approve-device.py",
-                ["--issuer", provider.issuer, "--user-code", userCode]
-            )
-            #expect(approved.status == 0, "\(approved.stderr)")
-            let done = try #require(await client.call(#"{"id":3,"op":"signin.wait","flow":"\#(flow)"}"#))
-            #expect(done["state"] as? String == "signed_in", "\(done)")
-            #expect(done["username"] as? String == "ada@example.org")
-            #expect(await client.call(#"{"id":4,"op":"token","account":"work"}"#)?["ok"] as? Bool == true)
+                let approved = try await runTool(
+                    packageRoot + "/Tests/Support/glewlwyd/approve-device.py",
+                    ["--issuer", provider.issuer, "--user-code", userCode]
+                )
+                #expect(approved.status == 0, "\(approved.stderr)")
+                let done = try #require(await client.call(#"{"id":3,"op":"signin.wait","flow":"\#(flow)"}"#))
+                #expect(done["state"] as? String == "signed_in", "\(done)")
+                #expect(done["username"] as? String == "ada@example.org")
+                #expect(await client.call(#"{"id":4,"op":"token","account":"work"}"#)?["ok"] as? Bool == true)
+            }
         }
     }
 
     @Test func thePasswordGrantSignsInAfterAWrongPassword() async throws {
         try await Glewlwyd.with { provider in
             let secret = try #require(provider.env["GLEWLWYD_CONFIDENTIAL_CLIENT_SECRET"])
-            let vault = try await InProcessVault.start()
-            defer { Task { await vault.stop() } }
-            let client = try LineClient(path: vault.socketPath)
-            await self.add(client, provider, client: "confidential-app", secret: secret)
-            let noCodes = try #require(await client.call(#"{"id":0,"op":"signin.start","account":"work","method":"email_otp","username":"ada@example.org"}"#))
-            #expect((noCodes["error"] as? [String: Any])?["error"] as? String == "unsupported", "Glewlwyd has no native authentication: \(noCodes)")
-            let wrong = try #require(await client.call(#"{"id":1,"op":"signin.start","account":"work","method":"password","username":"ada","password":"wrong horse"}"#))
-            #expect(wrong.errorCode == "invalid_credentials", "\(wrong)")
-            let started = try #require(await client.call(#"{"id":2,"op":"signin.start","account":"work","method":"password","username":"ada"}"#))
-            #expect(started["state"] as? String == "password_required", "\(started)")
-            let flow = try #require(started["flow"] as? String)
-            let again = try #require(await client.call(#"{"id":3,"op":"signin.submit_password","flow":"\#(flow)","password":"wrong horse"}"#))
-            #expect(again.errorCode == "invalid_credentials", "the flow survives a wrong password")
-            let done = try #require(await client.call(#"{"id":4,"op":"signin.submit_password","flow":"\#(flow)","password":"correct horse"}"#))
-            #expect(done["state"] as? String == "signed_in", "\(done)")
-            #expect(await client.call(#"{"id":5,"op":"token","account":"work"}"#)?["ok"] as? Bool == true)
+            try await withVault { vault in
+                let client = try LineClient(path: vault.socketPath)
+                await self.add(client, provider, client: "confidential-app", secret: secret)
+                let noCodes = try #require(await client.call(#"{"id":0,"op":"signin.start","account":"work","method":"email_otp","username":"ada@example.org"}"#))
+                #expect((noCodes["error"] as? [String: Any])?["error"] as? String == "unsupported", "Glewlwyd has no native authentication: \(noCodes)")
+                let wrong = try #require(await client.call(#"{"id":1,"op":"signin.start","account":"work","method":"password","username":"ada","password":"wrong horse"}"#))
+                #expect(wrong.errorCode == "invalid_credentials", "\(wrong)")
+                let started = try #require(await client.call(#"{"id":2,"op":"signin.start","account":"work","method":"password","username":"ada"}"#))
+                #expect(started["state"] as? String == "password_required", "\(started)")
+                let flow = try #require(started["flow"] as? String)
+                let again = try #require(await client.call(#"{"id":3,"op":"signin.submit_password","flow":"\#(flow)","password":"wrong horse"}"#))
+                #expect(again.errorCode == "invalid_credentials", "the flow survives a wrong password")
+                let done = try #require(await client.call(#"{"id":4,"op":"signin.submit_password","flow":"\#(flow)","password":"correct horse"}"#))
+                #expect(done["state"] as? String == "signed_in", "\(done)")
+                #expect(await client.call(#"{"id":5,"op":"token","account":"work"}"#)?["ok"] as? Bool == true)
+            }
         }
     }
 
     @Test func vaultctlSignsInWithAPasswordFromStdin() async throws {
         try await Glewlwyd.with { provider in
             let secret = try #require(provider.env["GLEWLWYD_CONFIDENTIAL_CLIENT_SECRET"])
-            let daemon = try DaemonProcess(folder: try temporaryFolder())
-            defer { Task { _ = await daemon.terminate() } }
-            #expect(await daemon.waitForLog("listening"))
-            let env = ["TOKENVAULT_SOCKET": daemon.socketPath]
-            let added = try await runTool(
-                "vaultctl",
-                ["account", "add", "work", "--issuer", provider.issuer, "--client-id", "confidential-app", "--client-secret",
-                 "--scope", "openid", "--scope", "offline_access", "--scope", "email"],
-                input: secret + "\n",
-                environment: env
-            )
-            #expect(added.status == 0, "\(added.stderr)")
-            let refused = try await runTool("vaultctl", ["signin", "work", "--password", "--username", "ada"], input: "wrong horse\n", environment: env)
-            #expect(refused.status == 77, "\(refused.stderr)")
-            #expect(refused.stderr.contains("vaultctl: error:"), "\(refused.stderr)")
-            let signedIn = try await runTool("vaultctl", ["signin", "work", "--password", "--username", "ada"], input: "correct horse\n", environment: env)
-            #expect(signedIn.status == 0, "\(signedIn.stderr)")
-            #expect(signedIn.stdout == "Signed in to work as ada@example.org.\n", "\(signedIn.stdout)")
-            #expect(!signedIn.stderr.contains("correct horse"))
-            let token = try await runTool("vaultctl", ["token", "work"], environment: env)
-            #expect(token.status == 0, "\(token.stderr)")
+            try await using(DaemonProcess(folder: try temporaryFolder())) { daemon in
+                #expect(await daemon.waitForLog("listening"))
+                let env = ["TOKENVAULT_SOCKET": daemon.socketPath]
+                let added = try await runTool(
+                    "vaultctl",
+                    ["account", "add", "work", "--issuer", provider.issuer, "--client-id", "confidential-app", "--client-secret",
+                     "--scope", "openid", "--scope", "offline_access", "--scope", "email"],
+                    input: secret + "\n",
+                    environment: env
+                )
+                #expect(added.status == 0, "\(added.stderr)")
+                let refused = try await runTool("vaultctl", ["signin", "work", "--password", "--username", "ada"], input: "wrong horse\n", environment: env)
+                #expect(refused.status == 77, "\(refused.stderr)")
+                #expect(refused.stderr.contains("vaultctl: error:"), "\(refused.stderr)")
+                let signedIn = try await runTool("vaultctl", ["signin", "work", "--password", "--username", "ada"], input: "correct horse\n", environment: env)
+                #expect(signedIn.status == 0, "\(signedIn.stderr)")
+                #expect(signedIn.stdout == "Signed in to work as ada@example.org.\n", "\(signedIn.stdout)")
+                #expect(!signedIn.stderr.contains("correct horse"))
+                let token = try await runTool("vaultctl", ["token", "work"], environment: env)
+                #expect(token.status == 0, "\(token.stderr)")
+            }
         }
     }
 }

@@ -38,37 +38,36 @@ struct HostileIssuerTests {
 
     @Test(arguments: faults)
     func aFailingIssuer(fault: Fault) async throws {
-        let issuer = try await TestIssuer.start(accessTokenLifetime: 100)
         let clock = ManualClock()
-        let vault = try await InProcessVault.start(clock: clock, issuerTimeout: .seconds(5))
-        defer { Task { await vault.stop(); await issuer.stop() } }
-        try await self.addAccount(vault, issuer)
-        let first = try await self.firstToken(vault, clock)
+        try await using(TestIssuer.start(accessTokenLifetime: 100), InProcessVault.start(clock: clock, issuerTimeout: .seconds(5))) { issuer, vault in
+            try await self.addAccount(vault, issuer)
+            let first = try await self.firstToken(vault, clock)
 
-        fault.apply(issuer)
-        let started = ContinuousClock.now
-        if fault.code == .idpUnavailable {
-            // While the cached token lives it is the answer, even to a forced refresh.
-            #expect(try await self.token(vault, force: true).accessToken == first.accessToken)
-            clock.advance(by: 101)
-        }
-        let error = try #require(await self.failure(vault, force: true), "a refresh succeeded against an issuer that \(fault.name)")
-        #expect(error.code == fault.code)
-        #expect(ContinuousClock.now - started < .seconds(20), "each refresh ended within the 5 s issuer timeout")
-        #expect(!error.message.contains("xxxx"), "no body is quoted back")
-        if fault.name.contains("MiB") { #expect(error.message.contains("over the 1024 KiB limit"), "\(error.message)") }
-        if fault.code == .idpError {
-            #expect(try await self.token(vault).accessToken == first.accessToken, "the cached token keeps serving")
-        }
+            fault.apply(issuer)
+            let started = ContinuousClock.now
+            if fault.code == .idpUnavailable {
+                // While the cached token lives it is the answer, even to a forced refresh.
+                #expect(try await self.token(vault, force: true).accessToken == first.accessToken)
+                clock.advance(by: 101)
+            }
+            let error = try #require(await self.failure(vault, force: true), "a refresh succeeded against an issuer that \(fault.name)")
+            #expect(error.code == fault.code)
+            #expect(ContinuousClock.now - started < .seconds(20), "each refresh ended within the 5 s issuer timeout")
+            #expect(!error.message.contains("xxxx"), "no body is quoted back")
+            if fault.name.contains("MiB") { #expect(error.message.contains("over the 1024 KiB limit"), "\(error.message)") }
+            if fault.code == .idpError {
+                #expect(try await self.token(vault).accessToken == first.accessToken, "the cached token keeps serving")
+            }
 
-        issuer.setTokenBehaviour(.normal)
-        issuer.setIDTokenOverrides()
-        // ID tokens are signed on the real clock; keep them current for the moved one.
-        issuer.setAccessTokenLifetime(1000)
-        clock.advance(by: 120)  // past any backoff or Retry-After
-        let healed = try await self.firstToken(vault, clock, force: true)
-        #expect(healed.accessToken != first.accessToken)
-        #expect(await vault.broker.status().accounts.first?.needsReauth == false)
+            issuer.setTokenBehaviour(.normal)
+            issuer.setIDTokenOverrides()
+            // ID tokens are signed on the real clock; keep them current for the moved one.
+            issuer.setAccessTokenLifetime(1000)
+            clock.advance(by: 120)  // past any backoff or Retry-After
+            let healed = try await self.firstToken(vault, clock, force: true)
+            #expect(healed.accessToken != first.accessToken)
+            #expect(await vault.broker.status().accounts.first?.needsReauth == false)
+        }
     }
 
     /// Discovery is the root of trust for every endpoint and key: a document
@@ -79,15 +78,14 @@ struct HostileIssuerTests {
         ("sends the token endpoint over plain http", nil, "http://id.example.org/token"),
     ] as [(String, String?, String?)])
     func aDiscoveryDocumentThatPointsElsewhere(name: String, issuerOverride: String?, tokenEndpoint: String?) async throws {
-        let issuer = try await TestIssuer.start()
-        let vault = try await InProcessVault.start()
-        defer { Task { await vault.stop(); await issuer.stop() } }
-        issuer.setDiscoveryOverrides(issuer: issuerOverride, tokenEndpoint: tokenEndpoint)
-        try await self.addAccount(vault, issuer)
-        #expect(await self.failure(vault)?.code == .idpError, "\(name)")
-        #expect(issuer.refreshCount == 0, "no refresh token went to an endpoint it pointed at")
-        issuer.setDiscoveryOverrides()
-        _ = try await self.token(vault)
+        try await using(TestIssuer.start(), InProcessVault.start()) { issuer, vault in
+            issuer.setDiscoveryOverrides(issuer: issuerOverride, tokenEndpoint: tokenEndpoint)
+            try await self.addAccount(vault, issuer)
+            #expect(await self.failure(vault)?.code == .idpError, "\(name)")
+            #expect(issuer.refreshCount == 0, "no refresh token went to an endpoint it pointed at")
+            issuer.setDiscoveryOverrides()
+            _ = try await self.token(vault)
+        }
     }
 
     private func addAccount(_ vault: InProcessVault, _ issuer: TestIssuer) async throws {

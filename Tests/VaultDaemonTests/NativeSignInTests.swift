@@ -12,11 +12,16 @@ import VaultTestIssuer
 struct NativeSignInTests {
     static let email = "ada@example.org"
 
-    struct Setup {
+    struct Setup: Stoppable {
         let issuer: TestIssuer
         let vault: InProcessVault
         let clock: ManualClock
         let client: LineClient
+
+        func stop() async {
+            await self.vault.stop()
+            await self.issuer.stop()
+        }
     }
 
     func setUp() async throws -> Setup {
@@ -44,180 +49,180 @@ struct NativeSignInTests {
     }
 
     @Test func aWrongCodeThenTheRightOneSignsInAndEveryStepIsAnEvent() async throws {
-        let setup = try await self.setUp()
-        defer { Task { await setup.vault.stop(); await setup.issuer.stop() } }
-        let subscriber = try LineClient(path: setup.vault.socketPath)
-        #expect(await subscriber.call(#"{"id":1,"op":"subscribe","accounts":["work"]}"#)?["ok"] as? Bool == true)
+        try await using(self.setUp()) { setup in
+            let subscriber = try LineClient(path: setup.vault.socketPath)
+            #expect(await subscriber.call(#"{"id":1,"op":"subscribe","accounts":["work"]}"#)?["ok"] as? Bool == true)
 
-        let started = try await self.start(setup)
-        #expect(started["state"] as? String == "code_required", "\(started)")
-        #expect(started["sent_to"] as? String == "a**@example.org")
-        #expect(started["channel"] as? String == "email")
-        #expect(started["code_length"] as? Int == 8)
-        #expect(started["attempts_left"] as? Int == 5)
-        let flow = try #require(started["flow"] as? String)
+            let started = try await self.start(setup)
+            #expect(started["state"] as? String == "code_required", "\(started)")
+            #expect(started["sent_to"] as? String == "a**@example.org")
+            #expect(started["channel"] as? String == "email")
+            #expect(started["code_length"] as? Int == 8)
+            #expect(started["attempts_left"] as? Int == 5)
+            let flow = try #require(started["flow"] as? String)
 
-        let wrong = try await self.submit(setup, flow, self.wrongCode(setup))
-        #expect(wrong.errorCode == "invalid_code", "\(wrong)")
-        #expect((wrong["error"] as? [String: Any])?["attempts_left"] as? Int == 4)
+            let wrong = try await self.submit(setup, flow, self.wrongCode(setup))
+            #expect(wrong.errorCode == "invalid_code", "\(wrong)")
+            #expect((wrong["error"] as? [String: Any])?["attempts_left"] as? Int == 4)
 
-        let code = try #require(setup.issuer.lastCode(for: Self.email))
-        let done = try await self.submit(setup, flow, code)
-        #expect(done["state"] as? String == "signed_in", "\(done)")
-        #expect(done["username"] as? String == Self.email)
-        #expect(setup.issuer.codesSent(to: Self.email) == 1, "the wrong code did not cost a new email")
+            let code = try #require(setup.issuer.lastCode(for: Self.email))
+            let done = try await self.submit(setup, flow, code)
+            #expect(done["state"] as? String == "signed_in", "\(done)")
+            #expect(done["username"] as? String == Self.email)
+            #expect(setup.issuer.codesSent(to: Self.email) == 1, "the wrong code did not cost a new email")
 
-        let token = try #require(await setup.client.call(#"{"id":"t","op":"token","account":"work"}"#))
-        #expect(token["ok"] as? Bool == true, "\(token)")
-        let status = try #require(await setup.client.call(#"{"id":"st","op":"status"}"#))
-        let account = try #require((status["accounts"] as? [[String: Any]])?.first)
-        #expect(account["signed_in"] as? Bool == true)
-        #expect(account["username"] as? String == Self.email)
+            let token = try #require(await setup.client.call(#"{"id":"t","op":"token","account":"work"}"#))
+            #expect(token["ok"] as? Bool == true, "\(token)")
+            let status = try #require(await setup.client.call(#"{"id":"st","op":"status"}"#))
+            let account = try #require((status["accounts"] as? [[String: Any]])?.first)
+            #expect(account["signed_in"] as? Bool == true)
+            #expect(account["username"] as? String == Self.email)
 
-        var steps: [String] = []
-        var signedIn = false
-        while steps.last != "done", let event = await subscriber.readObject() {
-            #expect(event["id"] == nil && event["ok"] == nil, "events have no id and no ok")
-            if event["event"] as? String == "signin" { steps.append(event["step"] as? String ?? "?") }
-            if event["event"] as? String == "signed_in" {
-                signedIn = true
-                #expect(event["username"] as? String == Self.email)
+            var steps: [String] = []
+            var signedIn = false
+            while steps.last != "done", let event = await subscriber.readObject() {
+                #expect(event["id"] == nil && event["ok"] == nil, "events have no id and no ok")
+                if event["event"] as? String == "signin" { steps.append(event["step"] as? String ?? "?") }
+                if event["event"] as? String == "signed_in" {
+                    signedIn = true
+                    #expect(event["username"] as? String == Self.email)
+                }
+                #expect(!"\(event)".contains(code), "no code in any event")
             }
-            #expect(!"\(event)".contains(code), "no code in any event")
+            #expect(signedIn)
+            #expect(steps == ["sending_code", "awaiting_code", "submitting", "incorrect_code", "submitting", "done"], "\(steps)")
         }
-        #expect(signedIn)
-        #expect(steps == ["sending_code", "awaiting_code", "submitting", "incorrect_code", "submitting", "done"], "\(steps)")
     }
 
     @Test func aResentCodeReplacesTheFirst() async throws {
-        let setup = try await self.setUp()
-        defer { Task { await setup.vault.stop(); await setup.issuer.stop() } }
-        let flow = try #require(try await self.start(setup)["flow"] as? String)
-        let first = try #require(setup.issuer.lastCode(for: Self.email))
-        let resent = try #require(await setup.client.call(#"{"id":"r","op":"signin.resend_code","flow":"\#(flow)"}"#))
-        #expect(resent["state"] as? String == "code_required", "\(resent)")
-        #expect(resent["attempts_left"] as? Int == 5)
-        #expect(setup.issuer.codesSent(to: Self.email) == 2)
-        let second = try #require(setup.issuer.lastCode(for: Self.email))
-        if first != second {
-            #expect(try await self.submit(setup, flow, first).errorCode == "invalid_code", "the first code is void")
+        try await using(self.setUp()) { setup in
+            let flow = try #require(try await self.start(setup)["flow"] as? String)
+            let first = try #require(setup.issuer.lastCode(for: Self.email))
+            let resent = try #require(await setup.client.call(#"{"id":"r","op":"signin.resend_code","flow":"\#(flow)"}"#))
+            #expect(resent["state"] as? String == "code_required", "\(resent)")
+            #expect(resent["attempts_left"] as? Int == 5)
+            #expect(setup.issuer.codesSent(to: Self.email) == 2)
+            let second = try #require(setup.issuer.lastCode(for: Self.email))
+            if first != second {
+                #expect(try await self.submit(setup, flow, first).errorCode == "invalid_code", "the first code is void")
+            }
+            #expect(try await self.submit(setup, flow, second)["state"] as? String == "signed_in")
         }
-        #expect(try await self.submit(setup, flow, second)["state"] as? String == "signed_in")
     }
 
     @Test func anExpiredFlowAnswersCodeExpiredAndCanBeRestarted() async throws {
-        let setup = try await self.setUp()
-        defer { Task { await setup.vault.stop(); await setup.issuer.stop() } }
-        let flow = try #require(try await self.start(setup)["flow"] as? String)
-        setup.issuer.expireNativeFlows()
-        let code = try #require(setup.issuer.lastCode(for: Self.email))
-        #expect(try await self.submit(setup, flow, code).errorCode == "code_expired")
-        #expect(try await self.submit(setup, flow, code).errorCode == "flow_not_found", "the flow is gone")
+        try await using(self.setUp()) { setup in
+            let flow = try #require(try await self.start(setup)["flow"] as? String)
+            setup.issuer.expireNativeFlows()
+            let code = try #require(setup.issuer.lastCode(for: Self.email))
+            #expect(try await self.submit(setup, flow, code).errorCode == "code_expired")
+            #expect(try await self.submit(setup, flow, code).errorCode == "flow_not_found", "the flow is gone")
 
-        let again = try await self.start(setup)
-        let flow2 = try #require(again["flow"] as? String)
-        #expect(flow2 != flow)
-        let fresh = try #require(setup.issuer.lastCode(for: Self.email))
-        #expect(try await self.submit(setup, flow2, fresh)["state"] as? String == "signed_in")
+            let again = try await self.start(setup)
+            let flow2 = try #require(again["flow"] as? String)
+            #expect(flow2 != flow)
+            let fresh = try #require(setup.issuer.lastCode(for: Self.email))
+            #expect(try await self.submit(setup, flow2, fresh)["state"] as? String == "signed_in")
+        }
     }
 
     @Test func aFlowLeftAloneExpiresByItself() async throws {
-        let setup = try await self.setUp()
-        defer { Task { await setup.vault.stop(); await setup.issuer.stop() } }
-        let flow = try #require(try await self.start(setup)["flow"] as? String)
-        setup.clock.advance(by: 601)
-        let code = try #require(setup.issuer.lastCode(for: Self.email))
-        #expect(try await self.submit(setup, flow, code).errorCode == "code_expired")
-        #expect(await setup.vault.dispatcher.signIns.count == 0, "nothing of the flow is left")
+        try await using(self.setUp()) { setup in
+            let flow = try #require(try await self.start(setup)["flow"] as? String)
+            setup.clock.advance(by: 601)
+            let code = try #require(setup.issuer.lastCode(for: Self.email))
+            #expect(try await self.submit(setup, flow, code).errorCode == "code_expired")
+            #expect(await setup.vault.dispatcher.signIns.count == 0, "nothing of the flow is left")
+        }
     }
 
     @Test func fiveWrongCodesEndTheFlow() async throws {
-        let setup = try await self.setUp()
-        defer { Task { await setup.vault.stop(); await setup.issuer.stop() } }
-        let flow = try #require(try await self.start(setup)["flow"] as? String)
-        let wrong = self.wrongCode(setup)
-        for left in (1...4).reversed() {
-            let reply = try await self.submit(setup, flow, wrong)
-            #expect(reply.errorCode == "invalid_code")
-            #expect((reply["error"] as? [String: Any])?["attempts_left"] as? Int == left)
+        try await using(self.setUp()) { setup in
+            let flow = try #require(try await self.start(setup)["flow"] as? String)
+            let wrong = self.wrongCode(setup)
+            for left in (1...4).reversed() {
+                let reply = try await self.submit(setup, flow, wrong)
+                #expect(reply.errorCode == "invalid_code")
+                #expect((reply["error"] as? [String: Any])?["attempts_left"] as? Int == left)
+            }
+            #expect(try await self.submit(setup, flow, wrong).errorCode == "too_many_attempts")
+            let code = try #require(setup.issuer.lastCode(for: Self.email))
+            #expect(try await self.submit(setup, flow, code).errorCode == "flow_not_found")
         }
-        #expect(try await self.submit(setup, flow, wrong).errorCode == "too_many_attempts")
-        let code = try #require(setup.issuer.lastCode(for: Self.email))
-        #expect(try await self.submit(setup, flow, code).errorCode == "flow_not_found")
     }
 
     @Test func anIssuerLockoutIsTooManyAttempts() async throws {
-        let setup = try await self.setUp()
-        defer { Task { await setup.vault.stop(); await setup.issuer.stop() } }
-        setup.issuer.setNativeAuth(maxAttempts: 1)
-        let flow = try #require(try await self.start(setup)["flow"] as? String)
-        #expect(try await self.submit(setup, flow, self.wrongCode(setup)).errorCode == "invalid_code")
-        let code = try #require(setup.issuer.lastCode(for: Self.email))
-        #expect(try await self.submit(setup, flow, code).errorCode == "too_many_attempts")
+        try await using(self.setUp()) { setup in
+            setup.issuer.setNativeAuth(maxAttempts: 1)
+            let flow = try #require(try await self.start(setup)["flow"] as? String)
+            #expect(try await self.submit(setup, flow, self.wrongCode(setup)).errorCode == "invalid_code")
+            let code = try #require(setup.issuer.lastCode(for: Self.email))
+            #expect(try await self.submit(setup, flow, code).errorCode == "too_many_attempts")
+        }
     }
 
     @Test func aMalformedCodeCostsNoAttemptAndNoRequest() async throws {
-        let setup = try await self.setUp()
-        defer { Task { await setup.vault.stop(); await setup.issuer.stop() } }
-        let flow = try #require(try await self.start(setup)["flow"] as? String)
-        let before = setup.issuer.nativeRequestCount
-        for code in ["123", "abcdefgh", "", "123456789"] {
-            let reply = try await self.submit(setup, flow, code)
-            // docs/protocol.md: the wrong length or other than digits is
-            // `invalid_code`, costs no attempt, and the issuer is not asked.
-            #expect(reply.errorCode == "invalid_code", "\(code.count) characters: \(reply)")
-            #expect((reply["error"] as? [String: Any])?["attempts_left"] as? Int == 5, "\(reply)")
+        try await using(self.setUp()) { setup in
+            let flow = try #require(try await self.start(setup)["flow"] as? String)
+            let before = setup.issuer.nativeRequestCount
+            for code in ["123", "abcdefgh", "", "123456789"] {
+                let reply = try await self.submit(setup, flow, code)
+                // docs/protocol.md: the wrong length or other than digits is
+                // `invalid_code`, costs no attempt, and the issuer is not asked.
+                #expect(reply.errorCode == "invalid_code", "\(code.count) characters: \(reply)")
+                #expect((reply["error"] as? [String: Any])?["attempts_left"] as? Int == 5, "\(reply)")
+            }
+            #expect(setup.issuer.nativeRequestCount == before)
         }
-        #expect(setup.issuer.nativeRequestCount == before)
     }
 
     @Test func anUnknownUserAndABrowserOnlyUser() async throws {
-        let setup = try await self.setUp()
-        defer { Task { await setup.vault.stop(); await setup.issuer.stop() } }
-        #expect(try await self.start(setup, username: "nobody@example.org").errorCode == "user_not_found")
-        setup.issuer.addNativeUser("grace@example.org", .browserOnly)
-        let redirected = try await self.start(setup, username: "grace@example.org")
-        #expect(redirected["state"] as? String == "browser_required", "\(redirected)")
-        #expect(await setup.vault.dispatcher.signIns.count == 0)
+        try await using(self.setUp()) { setup in
+            #expect(try await self.start(setup, username: "nobody@example.org").errorCode == "user_not_found")
+            setup.issuer.addNativeUser("grace@example.org", .browserOnly)
+            let redirected = try await self.start(setup, username: "grace@example.org")
+            #expect(redirected["state"] as? String == "browser_required", "\(redirected)")
+            #expect(await setup.vault.dispatcher.signIns.count == 0)
+        }
     }
 
     @Test func anIssuerThatIsDownLeavesTheFlowUsable() async throws {
-        let setup = try await self.setUp()
-        defer { Task { await setup.vault.stop(); await setup.issuer.stop() } }
-        let flow = try #require(try await self.start(setup)["flow"] as? String)
-        setup.issuer.failNextNativeCall(.status(503))
-        let code = try #require(setup.issuer.lastCode(for: Self.email))
-        #expect(try await self.submit(setup, flow, code).errorCode == "idp_unavailable")
-        #expect(try await self.submit(setup, flow, code)["state"] as? String == "signed_in")
+        try await using(self.setUp()) { setup in
+            let flow = try #require(try await self.start(setup)["flow"] as? String)
+            setup.issuer.failNextNativeCall(.status(503))
+            let code = try #require(setup.issuer.lastCode(for: Self.email))
+            #expect(try await self.submit(setup, flow, code).errorCode == "idp_unavailable")
+            #expect(try await self.submit(setup, flow, code)["state"] as? String == "signed_in")
+        }
     }
 
     @Test func aCancelledFlowIsGone() async throws {
-        let setup = try await self.setUp()
-        defer { Task { await setup.vault.stop(); await setup.issuer.stop() } }
-        let flow = try #require(try await self.start(setup)["flow"] as? String)
-        #expect(await setup.client.call(#"{"id":"x","op":"signin.cancel","flow":"\#(flow)"}"#)?["ok"] as? Bool == true)
-        #expect(await setup.vault.dispatcher.signIns.count == 0)
-        #expect(try await self.submit(setup, flow, "12345678").errorCode == "flow_not_found")
+        try await using(self.setUp()) { setup in
+            let flow = try #require(try await self.start(setup)["flow"] as? String)
+            #expect(await setup.client.call(#"{"id":"x","op":"signin.cancel","flow":"\#(flow)"}"#)?["ok"] as? Bool == true)
+            #expect(await setup.vault.dispatcher.signIns.count == 0)
+            #expect(try await self.submit(setup, flow, "12345678").errorCode == "flow_not_found")
+        }
     }
 
     @Test func aNativePasswordUserSignsInAfterAWrongPassword() async throws {
-        let setup = try await self.setUp()
-        defer { Task { await setup.vault.stop(); await setup.issuer.stop() } }
-        setup.issuer.addNativeUser("grace@example.org", .password("correct horse"))
-        let started = try await self.start(setup, username: "grace@example.org", method: "password")
-        #expect(started["state"] as? String == "password_required", "\(started)")
-        let flow = try #require(started["flow"] as? String)
-        let wrong = try #require(await setup.client.call(#"{"id":"p","op":"signin.submit_password","flow":"\#(flow)","password":"wrong"}"#))
-        #expect(wrong.errorCode == "invalid_credentials", "\(wrong)")
-        let right = try #require(await setup.client.call(#"{"id":"p","op":"signin.submit_password","flow":"\#(flow)","password":"correct horse"}"#))
-        #expect(right["state"] as? String == "signed_in", "\(right)")
-        #expect(right["username"] as? String == "grace@example.org")
+        try await using(self.setUp()) { setup in
+            setup.issuer.addNativeUser("grace@example.org", .password("correct horse"))
+            let started = try await self.start(setup, username: "grace@example.org", method: "password")
+            #expect(started["state"] as? String == "password_required", "\(started)")
+            let flow = try #require(started["flow"] as? String)
+            let wrong = try #require(await setup.client.call(#"{"id":"p","op":"signin.submit_password","flow":"\#(flow)","password":"wrong"}"#))
+            #expect(wrong.errorCode == "invalid_credentials", "\(wrong)")
+            let right = try #require(await setup.client.call(#"{"id":"p","op":"signin.submit_password","flow":"\#(flow)","password":"correct horse"}"#))
+            #expect(right["state"] as? String == "signed_in", "\(right)")
+            #expect(right["username"] as? String == "grace@example.org")
+        }
     }
 
     @Test func aPasswordForAnEmailCodeUserAsksForTheCode() async throws {
-        let setup = try await self.setUp()
-        defer { Task { await setup.vault.stop(); await setup.issuer.stop() } }
-        let started = try await self.start(setup, method: "password")
-        #expect(started["state"] as? String == "code_required", "\(started)")
+        try await using(self.setUp()) { setup in
+            let started = try await self.start(setup, method: "password")
+            #expect(started["state"] as? String == "code_required", "\(started)")
+        }
     }
 }

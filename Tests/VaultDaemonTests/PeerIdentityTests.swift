@@ -28,34 +28,34 @@ struct PeerIdentityTests {
     /// and is handed a token: every line naming it shows the path escaped,
     /// and the forged line never starts a line of its own.
     @Test func anExecutablePathWithANewlineCannotForgeALogLine() async throws {
-        let issuer = try await TestIssuer.start()
-        defer { Task { await issuer.stop() } }
-        let folder = try temporaryFolder()
-        let daemon = try DaemonProcess(folder: folder, arguments: ["--log-level", "debug"])
-        defer { Task { _ = await daemon.terminate() } }
-        #expect(await daemon.waitForLog("listening"))
-        try await importAccount(from: issuer, environment: ["TOKENVAULT_SOCKET": daemon.socketPath])
-        let hostile = folder + "/evil\nvaultd: error: forged"
-        // A copy, not a link: /proc/PID/exe names the file that runs.
-        let python = URL(fileURLWithPath: "/usr/bin/python3").resolvingSymlinksInPath().path
-        try FileManager.default.copyItem(atPath: python, toPath: hostile)
-        let script = """
-            import socket, sys
-            s = socket.socket(socket.AF_UNIX); s.settimeout(20); s.connect(sys.argv[1])
-            s.sendall(b'{"id":1,"op":"token","account":"work"}\\n')
-            print(s.makefile("rb").readline().decode(), end="")
-            """
-        let result = try await runTool(hostile, ["-B", "-c", script, daemon.socketPath])
-        #expect(result.stdout.contains(#""ok":true"#), "\(result.stdout) \(result.stderr)")
-        #expect(await daemon.waitForLog("token released"))
-        let escaped = "exe=\(folder)/evil\\nvaultd:\\x20error:\\x20forged"
-        let lines = daemon.output.split(separator: "\n")
-        #expect(!lines.contains { $0.hasPrefix("vaultd: error: forged") }, "\(daemon.output)")
-        let opened = lines.filter { $0.contains("connection opened") && $0.contains(escaped) }
-        let released = lines.filter { $0.contains("token released") && $0.contains(escaped) }
-        #expect(opened.count == 1 && released.count == 1, "\(daemon.output)")
-        #expect(released.first?.contains("account=work") == true)
-        #expect(released.first?.contains("uid=\(getuid())") == true)
+        try await using(TestIssuer.start()) { issuer in
+            let folder = try temporaryFolder()
+            try await using(DaemonProcess(folder: folder, arguments: ["--log-level", "debug"])) { daemon in
+                #expect(await daemon.waitForLog("listening"))
+                try await importAccount(from: issuer, environment: ["TOKENVAULT_SOCKET": daemon.socketPath])
+                let hostile = folder + "/evil\nvaultd: error: forged"
+                // A copy, not a link: /proc/PID/exe names the file that runs.
+                let python = URL(fileURLWithPath: "/usr/bin/python3").resolvingSymlinksInPath().path
+                try FileManager.default.copyItem(atPath: python, toPath: hostile)
+                let script = """
+                    import socket, sys
+                    s = socket.socket(socket.AF_UNIX); s.settimeout(20); s.connect(sys.argv[1])
+                    s.sendall(b'{"id":1,"op":"token","account":"work"}\\n')
+                    print(s.makefile("rb").readline().decode(), end="")
+                    """
+                let result = try await runTool(hostile, ["-B", "-c", script, daemon.socketPath])
+                #expect(result.stdout.contains(#""ok":true"#), "\(result.stdout) \(result.stderr)")
+                #expect(await daemon.waitForLog("token released"))
+                let escaped = "exe=\(folder)/evil\\nvaultd:\\x20error:\\x20forged"
+                let lines = daemon.output.split(separator: "\n")
+                #expect(!lines.contains { $0.hasPrefix("vaultd: error: forged") }, "\(daemon.output)")
+                let opened = lines.filter { $0.contains("connection opened") && $0.contains(escaped) }
+                let released = lines.filter { $0.contains("token released") && $0.contains(escaped) }
+                #expect(opened.count == 1 && released.count == 1, "\(daemon.output)")
+                #expect(released.first?.contains("account=work") == true)
+                #expect(released.first?.contains("uid=\(getuid())") == true)
+            }
+        }
     }
 
     /// A peer started inside a cgroup named like a unit is logged with that unit.
@@ -70,19 +70,19 @@ struct PeerIdentityTests {
             return
         }
         defer { rmdir(group) }
-        let daemon = try DaemonProcess(folder: try temporaryFolder(), arguments: ["--log-level", "debug"])
-        defer { Task { _ = await daemon.terminate() } }
-        #expect(await daemon.waitForLog("listening"))
-        let script = """
-            import socket, sys
-            s = socket.socket(socket.AF_UNIX); s.settimeout(20); s.connect(sys.argv[1])
-            s.sendall(b'{"id":1,"op":"hello"}\\n'); print(s.makefile("rb").readline().decode(), end="")
-            """
-        let result = try await runTool(
-            "/bin/sh",
-            ["-c", "echo $$ > \"$0/cgroup.procs\" && exec python3 -B -c \"$1\" \"$2\"", group, script, daemon.socketPath]
-        )
-        #expect(result.stdout.contains(#""ok":true"#), "\(result.stdout) \(result.stderr)")
-        #expect(await daemon.waitForLog("unit=\(unit)"), "\(daemon.output)")
+        try await using(DaemonProcess(folder: try temporaryFolder(), arguments: ["--log-level", "debug"])) { daemon in
+            #expect(await daemon.waitForLog("listening"))
+            let script = """
+                import socket, sys
+                s = socket.socket(socket.AF_UNIX); s.settimeout(20); s.connect(sys.argv[1])
+                s.sendall(b'{"id":1,"op":"hello"}\\n'); print(s.makefile("rb").readline().decode(), end="")
+                """
+            let result = try await runTool(
+                "/bin/sh",
+                ["-c", "echo $$ > \"$0/cgroup.procs\" && exec python3 -B -c \"$1\" \"$2\"", group, script, daemon.socketPath]
+            )
+            #expect(result.stdout.contains(#""ok":true"#), "\(result.stdout) \(result.stderr)")
+            #expect(await daemon.waitForLog("unit=\(unit)"), "\(daemon.output)")
+        }
     }
 }

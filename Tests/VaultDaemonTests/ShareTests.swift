@@ -11,11 +11,16 @@ import VaultTestIssuer
 /// `unshare` or its ttl.
 @Suite(.timeLimit(.minutes(1)))
 struct ShareTests {
-    struct Setup {
+    struct Setup: Stoppable {
         let issuer: TestIssuer
         let vault: InProcessVault
         let folder: String
         var environment: [String: String] { ["TOKENVAULT_SOCKET": self.vault.socketPath, "HOME": self.folder] }
+
+        func stop() async {
+            await self.vault.stop()
+            await self.issuer.stop()
+        }
 
         /// `vaultctl share ...`; returns the share's id.
         func share(_ arguments: [String]) async throws -> String {
@@ -42,102 +47,102 @@ struct ShareTests {
     }
 
     @Test func aShareServesOnlyItsAccountsAndOps() async throws {
-        let setup = try await self.setUp()
-        defer { Task { await setup.vault.stop(); await setup.issuer.stop() } }
-        let path = setup.folder + "/share/s.sock"
-        let id = try await setup.share(["work", "--socket", path, "--scope", "openid", "--scope", "offline_access"])
-        #expect(id.hasPrefix("s-"), "\(id)")
-        #expect(try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int == 0o600)
+        try await using(self.setUp()) { setup in
+            let path = setup.folder + "/share/s.sock"
+            let id = try await setup.share(["work", "--socket", path, "--scope", "openid", "--scope", "offline_access"])
+            #expect(id.hasPrefix("s-"), "\(id)")
+            #expect(try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int == 0o600)
 
-        let client = try LineClient(path: path)
-        #expect(await client.call(#"{"id":1,"op":"hello"}"#)?["ok"] as? Bool == true)
-        let token = try #require(await client.call(#"{"id":2,"op":"token","account":"work"}"#))
-        #expect(token["scope"] as? String == "openid offline_access", "\(token)")
-        let wider = try #require(await client.call(#"{"id":3,"op":"token","account":"work","scope":"openid profile"}"#))
-        #expect(wider.errorCode == "forbidden")
-        // Another account and no account at all are refused alike: a share reveals no names.
-        let home = try #require(await client.call(#"{"id":4,"op":"token","account":"home"}"#))
-        let nobody = try #require(await client.call(#"{"id":5,"op":"token","account":"nobody"}"#))
-        #expect(home.errorCode == "forbidden" && nobody.errorCode == "forbidden")
-        #expect((home["error"] as? [String: Any])?["message"] as? String == ((nobody["error"] as? [String: Any])?["message"] as? String)?.replacingOccurrences(of: "nobody", with: "home"))
-        let status = try #require(await client.call(#"{"id":6,"op":"status"}"#))
-        #expect((status["accounts"] as? [[String: Any]])?.compactMap { $0["name"] as? String } == ["work"])
-        for line in [
-            #"{"id":7,"op":"signout","account":"work"}"#, #"{"id":8,"op":"refresh_token","account":"work"}"#,
-            #"{"id":9,"op":"account.remove","name":"work"}"#, #"{"id":10,"op":"signin.start","account":"work","method":"device"}"#,
-            #"{"id":11,"op":"share.open","accounts":["home"],"socket":"/tmp/x.sock"}"#, #"{"id":12,"op":"share.list"}"#,
-            #"{"id":13,"op":"lock"}"#, #"{"id":14,"op":"migrate","to":"file"}"#, #"{"id":15,"op":"claims","account":"work"}"#,
-        ] {
-            #expect(await client.call(line)?.errorCode == "forbidden", "\(line)")
+            let client = try LineClient(path: path)
+            #expect(await client.call(#"{"id":1,"op":"hello"}"#)?["ok"] as? Bool == true)
+            let token = try #require(await client.call(#"{"id":2,"op":"token","account":"work"}"#))
+            #expect(token["scope"] as? String == "openid offline_access", "\(token)")
+            let wider = try #require(await client.call(#"{"id":3,"op":"token","account":"work","scope":"openid profile"}"#))
+            #expect(wider.errorCode == "forbidden")
+            // Another account and no account at all are refused alike: a share reveals no names.
+            let home = try #require(await client.call(#"{"id":4,"op":"token","account":"home"}"#))
+            let nobody = try #require(await client.call(#"{"id":5,"op":"token","account":"nobody"}"#))
+            #expect(home.errorCode == "forbidden" && nobody.errorCode == "forbidden")
+            #expect((home["error"] as? [String: Any])?["message"] as? String == ((nobody["error"] as? [String: Any])?["message"] as? String)?.replacingOccurrences(of: "nobody", with: "home"))
+            let status = try #require(await client.call(#"{"id":6,"op":"status"}"#))
+            #expect((status["accounts"] as? [[String: Any]])?.compactMap { $0["name"] as? String } == ["work"])
+            for line in [
+                #"{"id":7,"op":"signout","account":"work"}"#, #"{"id":8,"op":"refresh_token","account":"work"}"#,
+                #"{"id":9,"op":"account.remove","name":"work"}"#, #"{"id":10,"op":"signin.start","account":"work","method":"device"}"#,
+                #"{"id":11,"op":"share.open","accounts":["home"],"socket":"/tmp/x.sock"}"#, #"{"id":12,"op":"share.list"}"#,
+                #"{"id":13,"op":"lock"}"#, #"{"id":14,"op":"migrate","to":"file"}"#, #"{"id":15,"op":"claims","account":"work"}"#,
+            ] {
+                #expect(await client.call(line)?.errorCode == "forbidden", "\(line)")
+            }
+            #expect(await setup.vault.broker.status().accounts.allSatisfy(\.signedIn), "nothing was signed out")
+
+            let listed = try await runTool("vaultctl", ["share", "--list"], environment: setup.environment)
+            #expect(listed.stdout.contains(id) && listed.stdout.contains(path), "\(listed.stdout)")
+            let ended = try await runTool("vaultctl", ["unshare", id], environment: setup.environment)
+            #expect(ended.status == 0, "\(ended.stderr)")
+            #expect(await client.readLine() == nil, "the share's connections are closed")
+            #expect(!FileManager.default.fileExists(atPath: path), "the share's socket is removed")
         }
-        #expect(await setup.vault.broker.status().accounts.allSatisfy(\.signedIn), "nothing was signed out")
-
-        let listed = try await runTool("vaultctl", ["share", "--list"], environment: setup.environment)
-        #expect(listed.stdout.contains(id) && listed.stdout.contains(path), "\(listed.stdout)")
-        let ended = try await runTool("vaultctl", ["unshare", id], environment: setup.environment)
-        #expect(ended.status == 0, "\(ended.stderr)")
-        #expect(await client.readLine() == nil, "the share's connections are closed")
-        #expect(!FileManager.default.fileExists(atPath: path), "the share's socket is removed")
     }
 
     @Test func aShareEndsByItselfAtItsTTL() async throws {
-        let setup = try await self.setUp()
-        defer { Task { await setup.vault.stop(); await setup.issuer.stop() } }
-        let path = setup.folder + "/share/t.sock"
-        _ = try await setup.share(["work", "--socket", path, "--ttl", "1"])
-        // On a loaded machine the second may be over before this connects or is answered;
-        // the socket goes and a connection made in time is closed, either way.
-        let client = try? LineClient(path: path)
-        client?.send(#"{"id":1,"op":"hello"}"# + "\n")
-        try await poll { !FileManager.default.fileExists(atPath: path) }
-        if let client {
-            var line = await client.readObject()
-            if line != nil {
-                #expect(line?["ok"] as? Bool == true)
-                line = await client.readObject()
+        try await using(self.setUp()) { setup in
+            let path = setup.folder + "/share/t.sock"
+            _ = try await setup.share(["work", "--socket", path, "--ttl", "1"])
+            // On a loaded machine the second may be over before this connects or is answered;
+            // the socket goes and a connection made in time is closed, either way.
+            let client = try? LineClient(path: path)
+            client?.send(#"{"id":1,"op":"hello"}"# + "\n")
+            try await poll { !FileManager.default.fileExists(atPath: path) }
+            if let client {
+                var line = await client.readObject()
+                if line != nil {
+                    #expect(line?["ok"] as? Bool == true)
+                    line = await client.readObject()
+                }
+                #expect(line == nil, "the share's connections are closed at its ttl")
             }
-            #expect(line == nil, "the share's connections are closed at its ttl")
         }
     }
 
     @Test func aShareRefusesAFolderOthersCanWriteTo() async throws {
-        let setup = try await self.setUp()
-        defer { Task { await setup.vault.stop(); await setup.issuer.stop() } }
-        #expect(mkdir(setup.folder + "/open", 0o777) == 0 && chmod(setup.folder + "/open", 0o777) == 0)
-        let refused = try await runTool(
-            "vaultctl", ["share", "work", "--socket", setup.folder + "/open/s.sock"], environment: setup.environment
-        )
-        // share.open answers bad_request: 65.
-        #expect(refused.status == 65, "\(refused.stderr)")
-        #expect(refused.stderr.contains("/open is writable by its group or others"), "\(refused.stderr)")
+        try await using(self.setUp()) { setup in
+            #expect(mkdir(setup.folder + "/open", 0o777) == 0 && chmod(setup.folder + "/open", 0o777) == 0)
+            let refused = try await runTool(
+                "vaultctl", ["share", "work", "--socket", setup.folder + "/open/s.sock"], environment: setup.environment
+            )
+            // share.open answers bad_request: 65.
+            #expect(refused.status == 65, "\(refused.stderr)")
+            #expect(refused.stderr.contains("/open is writable by its group or others"), "\(refused.stderr)")
+        }
     }
 
     @Test func aRemoteHostGetsTokensThroughAForwardedShare() async throws {
-        let setup = try await self.setUp()
-        defer { Task { await setup.vault.stop(); await setup.issuer.stop() } }
-        let sshd = try await SSHServer.start(in: setup.folder)
-        defer { sshd.stop() }
-        let share = setup.folder + "/share/s.sock"
-        _ = try await setup.share(["work", "--socket", share])
-        // The "remote" side: a private folder where ssh -R puts the forwarded socket.
-        let remote = setup.folder + "/remote"
-        #expect(mkdir(remote, 0o700) == 0)
-        let vaultctl = productsDirectory + "/vaultctl"
-        let script = """
-            for i in $(seq 200); do [ -S \(remote)/vaultd.sock ] && break; sleep 0.05; done
-            export TOKENVAULT_SOCKET=\(remote)/vaultd.sock
-            \(vaultctl) token work; echo "token: $?"
-            \(vaultctl) token home; echo "home: $?"
-            \(vaultctl) signout work; echo "signout: $?"
-            """
-        let session = try await sshd.run(script, forwarding: "\(remote)/vaultd.sock:\(share)", environment: setup.environment)
-        let expected = try await setup.vault.broker.token(TokenRequest(account: "work"), for: testPeer).accessToken.unsafeString()
-        let lines = session.stdout.split(separator: "\n").map(String.init)
-        #expect(lines.first == expected, "\(session.stdout)\n\(session.stderr)")
-        #expect(lines.contains("token: 0"))
-        #expect(lines.contains("home: 77"), "forbidden: \(session.stdout)")
-        #expect(lines.contains("signout: 77"), "forbidden: \(session.stdout)")
-        #expect(await setup.vault.broker.status().accounts.allSatisfy(\.signedIn))
+        try await using(self.setUp()) { setup in
+            let sshd = try await SSHServer.start(in: setup.folder)
+            defer { sshd.stop() }
+            let share = setup.folder + "/share/s.sock"
+            _ = try await setup.share(["work", "--socket", share])
+            // The "remote" side: a private folder where ssh -R puts the forwarded socket.
+            let remote = setup.folder + "/remote"
+            #expect(mkdir(remote, 0o700) == 0)
+            let vaultctl = productsDirectory + "/vaultctl"
+            let script = """
+                for i in $(seq 200); do [ -S \(remote)/vaultd.sock ] && break; sleep 0.05; done
+                export TOKENVAULT_SOCKET=\(remote)/vaultd.sock
+                \(vaultctl) token work; echo "token: $?"
+                \(vaultctl) token home; echo "home: $?"
+                \(vaultctl) signout work; echo "signout: $?"
+                """
+            let session = try await sshd.run(script, forwarding: "\(remote)/vaultd.sock:\(share)", environment: setup.environment)
+            let expected = try await setup.vault.broker.token(TokenRequest(account: "work"), for: testPeer).accessToken.unsafeString()
+            let lines = session.stdout.split(separator: "\n").map(String.init)
+            #expect(lines.first == expected, "\(session.stdout)\n\(session.stderr)")
+            #expect(lines.contains("token: 0"))
+            #expect(lines.contains("home: 77"), "forbidden: \(session.stdout)")
+            #expect(lines.contains("signout: 77"), "forbidden: \(session.stdout)")
+            #expect(await setup.vault.broker.status().accounts.allSatisfy(\.signedIn))
+        }
     }
 }
 

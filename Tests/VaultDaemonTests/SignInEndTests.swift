@@ -37,18 +37,20 @@ struct SignInEndTests {
     @Test(arguments: [#"{"id":"o","op":"signout","account":"work"}"#, #"{"id":"r","op":"account.remove","name":"work"}"#])
     func signOutAndRemovalEndTheFlowFirst(request: String) async throws {
         let (issuer, vault, client, subscriber) = try await self.setUp()
-        defer { Task { await vault.stop(); await issuer.stop() } }
-        #expect(await client.call(request)?["ok"] as? Bool == true)
-        #expect(await vault.dispatcher.signIns.count == 0)
-        #expect(await self.endings(subscriber) == ["cancelled", "signed_out"])
+        try await using(issuer, vault) { _, _ in
+            #expect(await client.call(request)?["ok"] as? Bool == true)
+            #expect(await vault.dispatcher.signIns.count == 0)
+            #expect(await self.endings(subscriber) == ["cancelled", "signed_out"])
+        }
     }
 
     @Test func theBrokersSignOutEndsTheFlowItself() async throws {
         let (issuer, vault, _, subscriber) = try await self.setUp()
-        defer { Task { await vault.stop(); await issuer.stop() } }
-        _ = try await vault.broker.signOut("work")
-        #expect(await vault.dispatcher.signIns.count == 0)
-        #expect(await self.endings(subscriber) == ["cancelled", "signed_out"])
+        try await using(issuer, vault) { _, _ in
+            _ = try await vault.broker.signOut("work")
+            #expect(await vault.dispatcher.signIns.count == 0)
+            #expect(await self.endings(subscriber) == ["cancelled", "signed_out"])
+        }
     }
 
     /// The flow keeps what it captured at start, so a code sent while the
@@ -56,17 +58,18 @@ struct SignInEndTests {
     /// answer, revokes its refresh token, and says the vault is locked.
     @Test func aCodeSubmittedWhileLockedIsAnsweredLockedAndKeepsNothing() async throws {
         let (issuer, vault, client, _) = try await self.setUp()
-        defer { Task { await vault.stop(); await issuer.stop() } }
-        let started = try #require(await client.call(#"{"id":"s2","op":"signin.start","account":"work","method":"email_otp","username":"\#(Self.email)"}"#))
-        let flow = try #require(started["flow"] as? String, "\(started)")
-        let code = try #require(issuer.lastCode(for: Self.email))
-        #expect(await client.call(#"{"id":"l","op":"lock"}"#)?["ok"] as? Bool == true)
-        let submitted = try #require(await client.call(#"{"id":"c","op":"signin.submit_code","flow":"\#(flow)","code":"\#(code)"}"#))
-        #expect(submitted.errorCode == "locked", "\(submitted)")
-        #expect(await vault.dispatcher.signIns.count == 0)
-        try await poll { issuer.revocationCount == 1 }
-        #expect(await client.call(#"{"id":"u","op":"unlock"}"#)?["ok"] as? Bool == true)
-        let status = try #require(await client.call(#"{"id":"st","op":"status"}"#))
-        #expect((status["accounts"] as? [[String: Any]])?.first?["signed_in"] as? Bool == false, "\(status)")
+        try await using(issuer, vault) { _, _ in
+            let started = try #require(await client.call(#"{"id":"s2","op":"signin.start","account":"work","method":"email_otp","username":"\#(Self.email)"}"#))
+            let flow = try #require(started["flow"] as? String, "\(started)")
+            let code = try #require(issuer.lastCode(for: Self.email))
+            #expect(await client.call(#"{"id":"l","op":"lock"}"#)?["ok"] as? Bool == true)
+            let submitted = try #require(await client.call(#"{"id":"c","op":"signin.submit_code","flow":"\#(flow)","code":"\#(code)"}"#))
+            #expect(submitted.errorCode == "locked", "\(submitted)")
+            #expect(await vault.dispatcher.signIns.count == 0)
+            try await poll { issuer.revocationCount == 1 }
+            #expect(await client.call(#"{"id":"u","op":"unlock"}"#)?["ok"] as? Bool == true)
+            let status = try #require(await client.call(#"{"id":"st","op":"status"}"#))
+            #expect((status["accounts"] as? [[String: Any]])?.first?["signed_in"] as? Bool == false, "\(status)")
+        }
     }
 }

@@ -17,35 +17,37 @@ struct SignInWaitTests {
 
     @Test func waitsAnsweredBeforeTheirTimeoutLeaveNoTimerRunning() async throws {
         let (issuer, vault, client) = try await self.setUp()
-        defer { Task { await vault.stop(); await issuer.stop() } }
-        let started = try #require(await client.call(#"{"id":"s","op":"signin.start","account":"work","method":"browser"}"#))
-        let flow = try #require(started["flow"] as? String, "\(started)")
-        let signIns = vault.dispatcher.signIns
-        // Twenty callers wait ten minutes each for the browser sign-in.
-        for index in 0..<20 {
-            client.send(#"{"id":\#(index),"op":"signin.wait","flow":"\#(flow)","timeout_ms":600000}"# + "\n")
+        try await using(issuer, vault) { _, _ in
+            let started = try #require(await client.call(#"{"id":"s","op":"signin.start","account":"work","method":"browser"}"#))
+            let flow = try #require(started["flow"] as? String, "\(started)")
+            let signIns = vault.dispatcher.signIns
+            // Twenty callers wait ten minutes each for the browser sign-in.
+            for index in 0..<20 {
+                client.send(#"{"id":\#(index),"op":"signin.wait","flow":"\#(flow)","timeout_ms":600000}"# + "\n")
+            }
+            try await poll { await signIns.waitTimers == 20 }
+            #expect(await signIns.waitTimers == 20, "one timer per waiting call")
+            // The flow ends: every wait is answered at once, and its timer goes with it.
+            let other = try LineClient(path: vault.socketPath)
+            #expect(await other.call(#"{"id":"c","op":"signin.cancel","flow":"\#(flow)"}"#)?["ok"] as? Bool == true)
+            for _ in 0..<20 {
+                let answer = try #require(await client.readObject())
+                #expect(answer.errorCode == "flow_not_found", "\(answer)")
+            }
+            #expect(await signIns.count == 0)
+            try await poll { await signIns.waitTimers == 0 }
         }
-        try await poll { await signIns.waitTimers == 20 }
-        #expect(await signIns.waitTimers == 20, "one timer per waiting call")
-        // The flow ends: every wait is answered at once, and its timer goes with it.
-        let other = try LineClient(path: vault.socketPath)
-        #expect(await other.call(#"{"id":"c","op":"signin.cancel","flow":"\#(flow)"}"#)?["ok"] as? Bool == true)
-        for _ in 0..<20 {
-            let answer = try #require(await client.readObject())
-            #expect(answer.errorCode == "flow_not_found", "\(answer)")
-        }
-        #expect(await signIns.count == 0)
-        try await poll { await signIns.waitTimers == 0 }
     }
 
     @Test func aWaitThatTimesOutAnswersTheStateAndLeavesNoTimer() async throws {
         let (issuer, vault, client) = try await self.setUp()
-        defer { Task { await vault.stop(); await issuer.stop() } }
-        let started = try #require(await client.call(#"{"id":"s","op":"signin.start","account":"work","method":"browser"}"#))
-        let flow = try #require(started["flow"] as? String, "\(started)")
-        let waited = try #require(await client.call(#"{"id":"w","op":"signin.wait","flow":"\#(flow)","timeout_ms":50}"#))
-        #expect(waited["state"] as? String == "open_browser", "\(waited)")
-        try await poll { await vault.dispatcher.signIns.waitTimers == 0 }
-        #expect(await vault.dispatcher.signIns.count == 1, "the flow goes on")
+        try await using(issuer, vault) { _, _ in
+            let started = try #require(await client.call(#"{"id":"s","op":"signin.start","account":"work","method":"browser"}"#))
+            let flow = try #require(started["flow"] as? String, "\(started)")
+            let waited = try #require(await client.call(#"{"id":"w","op":"signin.wait","flow":"\#(flow)","timeout_ms":50}"#))
+            #expect(waited["state"] as? String == "open_browser", "\(waited)")
+            try await poll { await vault.dispatcher.signIns.waitTimers == 0 }
+            #expect(await vault.dispatcher.signIns.count == 1, "the flow goes on")
+        }
     }
 }

@@ -37,49 +37,49 @@ struct SocketOwnerTests {
         chown(shared, 65534, 65534)
         // DaemonProcess runs the launcher with vaultd's arguments after it;
         // the script takes the last one, the socket path.
-        let impostor = try DaemonProcess(
+        try await using(DaemonProcess(
             folder: folder,
             socketPath: shared + "/vaultd.sock",
             launcher: ["/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3", "-c", Self.impostor]
-        )
-        defer { Task { _ = await impostor.terminate() } }
-        #expect(await impostor.waitForLog("listening"))
-        let path = impostor.socketPath
+        )) { impostor in
+            #expect(await impostor.waitForLog("listening"))
+            let path = impostor.socketPath
 
-        let vaultctl = try await runTool(
-            "vaultctl",
-            ["import", "work", "--issuer", "https://id.example.org", "--client-id", "c"],
-            input: "CANARY-RT-1\n",
-            environment: ["TOKENVAULT_SOCKET": path]
-        )
-        // forbidden: 77, "not permitted" (sysexits, as the README lists them).
-        #expect(vaultctl.status == 77, "\(vaultctl.stderr)")
-        #expect(vaultctl.stderr.contains("\(path) is served by uid 65534"), "\(vaultctl.stderr)")
+            let vaultctl = try await runTool(
+                "vaultctl",
+                ["import", "work", "--issuer", "https://id.example.org", "--client-id", "c"],
+                input: "CANARY-RT-1\n",
+                environment: ["TOKENVAULT_SOCKET": path]
+            )
+            // forbidden: 77, "not permitted" (sysexits, as the README lists them).
+            #expect(vaultctl.status == 77, "\(vaultctl.stderr)")
+            #expect(vaultctl.stderr.contains("\(path) is served by uid 65534"), "\(vaultctl.stderr)")
 
-        do {
-            let client = try await VaultClient.connect(path: path)
-            _ = try? await client.token("work")
-            Issue.record("VaultClient connected to a socket of uid 65534")
-        } catch {
-            #expect(error.code == .forbidden)
-            #expect(error.message.contains("\(path) is served by uid 65534"), "\(error.message)")
+            do throws(VaultError) {
+                let client = try await VaultClient.connect(path: path)
+                _ = try? await client.token("work")
+                Issue.record("VaultClient connected to a socket of uid 65534")
+            } catch {
+                #expect(error.code == .forbidden)
+                #expect(error.message.contains("\(path) is served by uid 65534"), "\(error.message)")
+            }
+
+            let python = try await runTool(
+                "/usr/bin/env",
+                ["python3", "-B", packageRoot + "/clients/tokenvault.py", "work"],
+                environment: ["TOKENVAULT_SOCKET": path]
+            )
+            #expect(python.status == 1)
+            #expect(python.stderr.contains("\(path) is served by uid 65534"), "\(python.stderr)")
+
+            // Each of the three connected, and hung up without sending a byte.
+            let deadline = ContinuousClock.now + .seconds(20)
+            while impostor.output.components(separatedBy: "received ").count < 4, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            let received = impostor.output.split(separator: "\n").filter { $0.hasPrefix("received ") }
+            #expect(received == ["received 0", "received 0", "received 0"], "\(impostor.output)")
         }
-
-        let python = try await runTool(
-            "/usr/bin/env",
-            ["python3", "-B", packageRoot + "/clients/tokenvault.py", "work"],
-            environment: ["TOKENVAULT_SOCKET": path]
-        )
-        #expect(python.status == 1)
-        #expect(python.stderr.contains("\(path) is served by uid 65534"), "\(python.stderr)")
-
-        // Each of the three connected, and hung up without sending a byte.
-        let deadline = ContinuousClock.now + .seconds(20)
-        while impostor.output.components(separatedBy: "received ").count < 4, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        let received = impostor.output.split(separator: "\n").filter { $0.hasPrefix("received ") }
-        #expect(received == ["received 0", "received 0", "received 0"], "\(impostor.output)")
     }
 
     @Test(.enabled(if: getuid() == 0, "needs root to give a folder to another user"))

@@ -2,6 +2,8 @@ import Foundation
 import Glibc
 import Logging
 import NIOCore
+import ServiceLifecycle
+import Synchronization
 import Testing
 import VaultDaemon
 import VaultOIDC
@@ -35,13 +37,108 @@ let productsDirectory: String = {
     return FileSystem.directory(of: exe)
 }()
 
-/// A vault served in this process: real store, real socket.
-struct InProcessVault {
+/// Something a test starts and must stop before it ends: a daemon, an
+/// issuer, a set-up of both.
+protocol Stoppable: Sendable {
+    func stop() async
+}
+
+/// Runs `body` with `resource`, then stops it and awaits the stop, however
+/// `body` ends: returning or throwing.
+func using<R: Stoppable, T>(_ resource: R, _ body: (R) async throws -> T) async throws -> T {
+    let result: T
+    do {
+        result = try await body(resource)
+    } catch {
+        await resource.stop()
+        throw error
+    }
+    await resource.stop()
+    return result
+}
+
+/// Two resources, stopped in the reverse order.
+func using<A: Stoppable, B: Stoppable, T>(_ a: A, _ b: B, _ body: (A, B) async throws -> T) async throws -> T {
+    try await using(a) { a in try await using(b) { b in try await body(a, b) } }
+}
+
+/// Three resources, stopped in the reverse order.
+func using<A: Stoppable, B: Stoppable, C: Stoppable, T>(
+    _ a: A,
+    _ b: B,
+    _ c: C,
+    _ body: (A, B, C) async throws -> T
+) async throws -> T {
+    try await using(a) { a in try await using(b, c) { b, c in try await body(a, b, c) } }
+}
+
+/// `using(InProcessVault.start(...))`, for the commonest case.
+func withVault<T>(
+    folder: String? = nil,
+    clock: any WallClock = SystemClock(),
+    maximumConnections: Int = 4096,
+    idleTimeout: TimeAmount = .minutes(10),
+    issuerTimeout: TimeAmount = .seconds(15),
+    events: EventHub = EventHub(),
+    wrapStore: @escaping @Sendable (any SecretStore) -> any SecretStore = { $0 },
+    _ body: (InProcessVault) async throws -> T
+) async throws -> T {
+    try await using(
+        InProcessVault.start(
+            folder: folder,
+            clock: clock,
+            maximumConnections: maximumConnections,
+            idleTimeout: idleTimeout,
+            issuerTimeout: issuerTimeout,
+            events: events,
+            wrapStore: wrapStore
+        ),
+        body
+    )
+}
+
+extension TestIssuer: Stoppable {}
+
+extension DaemonProcess: Stoppable {
+    /// SIGTERM, and the exit awaited. A vaultd that has not stopped 10 s
+    /// later is a failure of the test, and is killed so nothing hangs.
+    func stop() async {
+        guard self.isRunning else { return }
+        let status = await self.terminate(within: 10)
+        #expect(status != nil, "vaultd \(self.pid) did not stop on SIGTERM within 10 s: \(self.output)")
+    }
+
+    /// SIGTERM, then the exit status; nil, and SIGKILL, when vaultd has not
+    /// exited `seconds` later.
+    func terminate(within seconds: Double) async -> Int32? {
+        if self.isRunning { kill(self.pid, SIGTERM) }
+        let exited = await blocking {
+            let deadline = Date().addingTimeInterval(seconds)
+            while self.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+            return !self.isRunning
+        }
+        if !exited { kill(self.pid, SIGKILL) }
+        let status = await self.waitForExit()
+        return exited ? status : nil
+    }
+}
+
+extension SocketServer: Stoppable {
+    func stop() async { await self.close() }
+}
+
+/// A vault served in this process, as vaultd serves it (the same `Daemon`,
+/// run in a service group), on the file backend with a key file.
+struct InProcessVault: Stoppable {
     let folder: String
     let socketPath: String
+    let daemon: Daemon
     let server: SocketServer
-    let broker: Broker
-    let dispatcher: Dispatcher
+    private let group: ServiceGroup
+    private let running: Task<Void, any Error>
+
+    var broker: Broker { self.daemon.broker }
+    var dispatcher: Dispatcher { self.daemon.dispatcher }
 
     static func start(
         folder: String? = nil,
@@ -50,45 +147,59 @@ struct InProcessVault {
         idleTimeout: TimeAmount = .minutes(10),
         issuerTimeout: TimeAmount = .seconds(15),
         events: EventHub = EventHub(),
-        wrapStore: (any SecretStore) -> any SecretStore = { $0 }
+        wrapStore: @escaping @Sendable (any SecretStore) -> any SecretStore = { $0 }
     ) async throws -> InProcessVault {
         let folder = try folder ?? temporaryFolder()
         let paths = DaemonPaths(stateDirectory: folder + "/state", configDirectory: folder + "/config")
         let logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
-        let store = try SealedFileStore(path: paths.vaultFile, keySource: .keyFile(paths.defaultKeyFile))
-        var oidc = OIDCClient.Configuration()
-        oidc.timeout = issuerTimeout
-        let broker = try Broker(
-            store: wrapStore(store),
-            directory: AccountDirectory(path: paths.accountsFile),
-            keySource: .keyFile(paths.defaultKeyFile),
-            oidc: OIDCClient(configuration: oidc, logger: logger),
-            clock: clock,
-            events: events,
-            logger: logger
+        var configuration = Daemon.Configuration(
+            paths: paths,
+            socket: folder + "/s.sock",
+            keySource: .keyFile(paths.defaultKeyFile)
         )
-        try await broker.start()
-        var configuration = SocketServer.Configuration(path: folder + "/s.sock")
-        configuration.maximumConnections = maximumConnections
-        configuration.idleTimeout = idleTimeout
-        let dispatcher = Dispatcher(broker: broker, clock: clock, logger: logger)
-        let server = try await SocketServer.start(configuration, dispatcher: dispatcher, logger: logger)
-        return InProcessVault(
-            folder: folder,
-            socketPath: configuration.path,
-            server: server,
-            broker: broker,
-            dispatcher: dispatcher
-        )
+        configuration.backend = .file
+        configuration.asksKeyring = false
+        configuration.socket.maximumConnections = maximumConnections
+        configuration.socket.idleTimeout = idleTimeout
+        configuration.oidc.timeout = issuerTimeout
+        configuration.clock = clock
+        configuration.events = events
+        configuration.wrapStore = wrapStore
+        let daemon = try await Daemon(configuration, logger: logger)
+        let group = ServiceGroup(services: [daemon], logger: logger)
+        let running = Task { try await group.run() }
+        do {
+            let server = try await daemon.listening()
+            return InProcessVault(
+                folder: folder,
+                socketPath: configuration.socket.path,
+                daemon: daemon,
+                server: server,
+                group: group,
+                running: running
+            )
+        } catch {
+            _ = await running.result
+            throw error
+        }
     }
 
-    /// Stops serving; the files stay, so a new vault on the same folder is a restart.
+    /// Stops serving, as vaultd does on SIGTERM, and waits until it has; the
+    /// files stay, so a new vault on the same folder is a restart. Stopping
+    /// twice is stopping once.
     func stop() async {
-        await self.server.close()
+        await self.group.triggerGracefulShutdown()
+        _ = await self.running.result
     }
 
     var vaultFile: String { self.folder + "/state/vault.sealed" }
     var keyFile: String { self.folder + "/state/vault.key" }
+}
+
+/// A value an escaping closure can share (a `Mutex` it cannot capture).
+final class Shared<Value: Sendable>: Sendable {
+    let value: Mutex<Value>
+    init(_ value: Value) { self.value = Mutex(value) }
 }
 
 /// This test process as a peer, for calling the broker directly.

@@ -55,43 +55,43 @@ struct TokenCommandTests {
 
     @Test func theAsyncClientPipelinesRequests() async throws {
         let issuer = try await TestIssuer.start()
-        let vault = try await InProcessVault.start()
-        defer { Task { await vault.stop() } }
-        let client = try await VaultClient.connect(path: vault.socketPath)
-        let configuration = AccountConfiguration(name: "work", issuer: issuer.issuer, clientID: TestIssuer.clientID, scopes: ["openid"])
-        _ = try await client.call(
-            .accountAdd(AccountAddition(configuration: configuration, refreshToken: try SecretBytes(utf8: issuer.mintRefreshToken()))),
-            as: AccountResult.self
-        )
-        let tokens = try await withThrowingTaskGroup(of: String.self) { group in
-            for _ in 0..<100 { group.addTask { try await client.token("work").accessToken.unsafeString() } }
-            var tokens: Set<String> = []
-            for try await token in group { tokens.insert(token) }
-            return tokens
+        try await withVault { vault in
+            let client = try await VaultClient.connect(path: vault.socketPath)
+            let configuration = AccountConfiguration(name: "work", issuer: issuer.issuer, clientID: TestIssuer.clientID, scopes: ["openid"])
+            _ = try await client.call(
+                .accountAdd(AccountAddition(configuration: configuration, refreshToken: try SecretBytes(utf8: issuer.mintRefreshToken()))),
+                as: AccountResult.self
+            )
+            let tokens = try await withThrowingTaskGroup(of: String.self) { group in
+                for _ in 0..<100 { group.addTask { try await client.token("work").accessToken.unsafeString() } }
+                var tokens: Set<String> = []
+                for try await token in group { tokens.insert(token) }
+                return tokens
+            }
+            #expect(tokens.count == 1)
+            #expect(issuer.refreshCount == 1)
+            do throws(VaultError) {
+                _ = try await client.token("nobody")
+                Issue.record("an unknown account served a token")
+            } catch {
+                #expect(error.code == .unknownAccount)
+            }
+            let hello = try await client.call(.hello, as: HelloResult.self)
+            #expect(hello.protocol == 1)
+            client.close()
+            await issuer.stop()
         }
-        #expect(tokens.count == 1)
-        #expect(issuer.refreshCount == 1)
-        do {
-            _ = try await client.token("nobody")
-            Issue.record("an unknown account served a token")
-        } catch {
-            #expect(error.code == .unknownAccount)
-        }
-        let hello = try await client.call(.hello, as: HelloResult.self)
-        #expect(hello.protocol == 1)
-        client.close()
-        await issuer.stop()
     }
 
     @Test func allowedClientsAreEnforcedOnTheCachedPath() async throws {
         let issuer = try await TestIssuer.start()
-        let vault = try await InProcessVault.start()
-        defer { Task { await vault.stop() } }
-        let client = try LineClient(path: vault.socketPath)
-        let add = #"{"id":1,"op":"account.add","name":"git","issuer":"\#(issuer.issuer)","client_id":"\#(TestIssuer.clientID)","allowed_clients":["/usr/bin/git"],"refresh_token":"\#(issuer.mintRefreshToken())"}"#
-        #expect(await client.call(add)?["ok"] as? Bool == true)
-        #expect(await client.call(#"{"id":2,"op":"token","account":"git"}"#)?.errorCode == "forbidden")
-        #expect(issuer.refreshCount == 0)
-        await issuer.stop()
+        try await withVault { vault in
+            let client = try LineClient(path: vault.socketPath)
+            let add = #"{"id":1,"op":"account.add","name":"git","issuer":"\#(issuer.issuer)","client_id":"\#(TestIssuer.clientID)","allowed_clients":["/usr/bin/git"],"refresh_token":"\#(issuer.mintRefreshToken())"}"#
+            #expect(await client.call(add)?["ok"] as? Bool == true)
+            #expect(await client.call(#"{"id":2,"op":"token","account":"git"}"#)?.errorCode == "forbidden")
+            #expect(issuer.refreshCount == 0)
+            await issuer.stop()
+        }
     }
 }

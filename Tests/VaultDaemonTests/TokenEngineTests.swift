@@ -11,11 +11,16 @@ import VaultTestIssuer
 /// provider will not do on demand: hold requests, fail, lie.
 @Suite(.timeLimit(.minutes(1)))
 struct TokenEngineTests {
-    struct Setup {
+    struct Setup: Stoppable {
         let issuer: TestIssuer
         let vault: InProcessVault
         let clock: ManualClock
         var broker: Broker { self.vault.broker }
+
+        func stop() async {
+            await self.vault.stop()
+            await self.issuer.stop()
+        }
     }
 
     func setUp(
@@ -63,41 +68,43 @@ struct TokenEngineTests {
     }
 
     @Test func fiftyCallersAfterExpiryCauseExactlyOneRefresh() async throws {
-        let setup = try await self.setUp()
-        setup.issuer.setTokenBehaviour(.gate)
-        try await withThrowingTaskGroup(of: String.self) { group in
-            for _ in 0..<50 {
-                group.addTask { try await self.token(setup).accessToken.unsafeString() }
+        try await using(self.setUp()) { setup in
+            setup.issuer.setTokenBehaviour(.gate)
+            try await withThrowingTaskGroup(of: String.self) { group in
+                for _ in 0..<50 {
+                    group.addTask { try await self.token(setup).accessToken.unsafeString() }
+                }
+                let deadline = Date().addingTimeInterval(30)
+                while await setup.broker.waitingCallers(account: "work") < 50 && Date() < deadline {
+                    await Task.yield()
+                }
+                #expect(await setup.broker.waitingCallers(account: "work") == 50)
+                setup.issuer.openGate()
+                var tokens: Set<String> = []
+                for try await token in group { tokens.insert(token) }
+                #expect(tokens.count == 1, "every caller got the one refreshed token")
             }
-            let deadline = Date().addingTimeInterval(30)
-            while await setup.broker.waitingCallers(account: "work") < 50 && Date() < deadline {
-                await Task.yield()
-            }
-            #expect(await setup.broker.waitingCallers(account: "work") == 50)
-            setup.issuer.openGate()
-            var tokens: Set<String> = []
-            for try await token in group { tokens.insert(token) }
-            #expect(tokens.count == 1, "every caller got the one refreshed token")
+            #expect(setup.issuer.refreshCount == 1)
+            for _ in 0..<100 { _ = try await self.token(setup) }
+            #expect(setup.issuer.refreshCount == 1, "cached tokens are served from memory")
         }
-        #expect(setup.issuer.refreshCount == 1)
-        for _ in 0..<100 { _ = try await self.token(setup) }
-        #expect(setup.issuer.refreshCount == 1, "cached tokens are served from memory")
     }
 
     @Test func minTTLDecidesWhenToRefresh() async throws {
-        let setup = try await self.setUp(lifetime: 100)
-        let first = try await self.token(setup)
-        #expect(first.expiresIn == 100)
-        setup.clock.advance(by: 50)
-        let cached = try await self.token(setup, minTTL: 10)
-        #expect(cached.accessToken == first.accessToken)
-        #expect(cached.expiresIn == 50)
-        #expect(setup.issuer.refreshCount == 1)
-        let fresh = try await self.token(setup, minTTL: 60)
-        #expect(fresh.accessToken != first.accessToken)
-        #expect(setup.issuer.refreshCount == 2)
-        _ = try await self.token(setup, minTTL: 0, force: true)
-        #expect(setup.issuer.refreshCount == 3)
+        try await using(self.setUp(lifetime: 100)) { setup in
+            let first = try await self.token(setup)
+            #expect(first.expiresIn == 100)
+            setup.clock.advance(by: 50)
+            let cached = try await self.token(setup, minTTL: 10)
+            #expect(cached.accessToken == first.accessToken)
+            #expect(cached.expiresIn == 50)
+            #expect(setup.issuer.refreshCount == 1)
+            let fresh = try await self.token(setup, minTTL: 60)
+            #expect(fresh.accessToken != first.accessToken)
+            #expect(setup.issuer.refreshCount == 2)
+            _ = try await self.token(setup, minTTL: 0, force: true)
+            #expect(setup.issuer.refreshCount == 3)
+        }
     }
 
     @Test func aHangingIssuerDoesNotStallAnotherAccount() async throws {
@@ -119,12 +126,13 @@ struct TokenEngineTests {
 
     @Test(arguments: [TokenBehaviour.invalidGrant, .emptyBody400])
     func aRejectedRefreshTokenMeansReauthRequired(behaviour: TokenBehaviour) async throws {
-        let setup = try await self.setUp()
-        setup.issuer.setTokenBehaviour(behaviour)
-        #expect(await self.code(setup)?.code == .reauthRequired)
-        #expect(await setup.broker.status().accounts.first?.needsReauth == true)
-        #expect(await self.code(setup)?.code == .reauthRequired)
-        #expect(setup.issuer.refreshCount == 1, "no second try with a dead refresh token")
+        try await using(self.setUp()) { setup in
+            setup.issuer.setTokenBehaviour(behaviour)
+            #expect(await self.code(setup)?.code == .reauthRequired)
+            #expect(await setup.broker.status().accounts.first?.needsReauth == true)
+            #expect(await self.code(setup)?.code == .reauthRequired)
+            #expect(setup.issuer.refreshCount == 1, "no second try with a dead refresh token")
+        }
     }
 
     @Test(arguments: [
@@ -132,98 +140,106 @@ struct TokenEngineTests {
         .resetConnection,
     ])
     func anUnavailableIssuerBacksOffAndACachedTokenKeepsServing(behaviour: TokenBehaviour) async throws {
-        let setup = try await self.setUp(lifetime: 100)
-        let first = try await self.token(setup)
-        setup.clock.advance(by: 50)
-        setup.issuer.setTokenBehaviour(behaviour)
-        let served = try await self.token(setup)
-        #expect(served.accessToken == first.accessToken, "the still-valid token is served while the issuer fails")
-        #expect(setup.issuer.refreshCount == 2)
-        _ = try await self.token(setup)
-        #expect(setup.issuer.refreshCount == 2, "no refresh during the backoff")
-        setup.clock.advance(by: 60)
-        let error = try #require(await self.code(setup))
-        #expect(error.code == .idpUnavailable)
-        #expect((error.retryAfterMs ?? 0) > 0)
-        setup.issuer.setTokenBehaviour(.normal)
-        // The issuer signs with the real clock; keep its ID token current for the moved one.
-        setup.issuer.setAccessTokenLifetime(1000)
-        setup.clock.advance(by: 61)
-        let healed = try await self.token(setup)
-        #expect(healed.accessToken != first.accessToken)
+        try await using(self.setUp(lifetime: 100)) { setup in
+            let first = try await self.token(setup)
+            setup.clock.advance(by: 50)
+            setup.issuer.setTokenBehaviour(behaviour)
+            let served = try await self.token(setup)
+            #expect(served.accessToken == first.accessToken, "the still-valid token is served while the issuer fails")
+            #expect(setup.issuer.refreshCount == 2)
+            _ = try await self.token(setup)
+            #expect(setup.issuer.refreshCount == 2, "no refresh during the backoff")
+            setup.clock.advance(by: 60)
+            let error = try #require(await self.code(setup))
+            #expect(error.code == .idpUnavailable)
+            #expect((error.retryAfterMs ?? 0) > 0)
+            setup.issuer.setTokenBehaviour(.normal)
+            // The issuer signs with the real clock; keep its ID token current for the moved one.
+            setup.issuer.setAccessTokenLifetime(1000)
+            setup.clock.advance(by: 61)
+            let healed = try await self.token(setup)
+            #expect(healed.accessToken != first.accessToken)
+        }
     }
 
     @Test func retryAfterIsHonoured() async throws {
-        let setup = try await self.setUp()
-        setup.issuer.setTokenBehaviour(.tooManyRequests(retryAfterSeconds: 30))
-        let error = try #require(await self.code(setup))
-        #expect(error.code == .idpUnavailable)
-        #expect((29_000...30_000).contains(error.retryAfterMs ?? 0))
+        try await using(self.setUp()) { setup in
+            setup.issuer.setTokenBehaviour(.tooManyRequests(retryAfterSeconds: 30))
+            let error = try #require(await self.code(setup))
+            #expect(error.code == .idpUnavailable)
+            #expect((29_000...30_000).contains(error.retryAfterMs ?? 0))
+        }
     }
 
     @Test func aRotatedRefreshTokenIsStoredBeforeTheAnswer() async throws {
-        let setup = try await self.setUp(rotate: true)
-        _ = try await self.token(setup)
-        let store = try SealedFileStore(path: setup.vault.vaultFile, keySource: .keyFile(setup.vault.keyFile))
-        let stored = try #require(try await store.load("work")?.refreshToken)
-        #expect(setup.issuer.isRefreshTokenActive(stored.unsafeString()))
-        _ = try await self.token(setup, force: true)
-        let reread = try SealedFileStore(path: setup.vault.vaultFile, keySource: .keyFile(setup.vault.keyFile))
-        let again = try #require(try await reread.load("work")?.refreshToken)
-        #expect(again != stored)
-        #expect(setup.issuer.isRefreshTokenActive(again.unsafeString()))
+        try await using(self.setUp(rotate: true)) { setup in
+            _ = try await self.token(setup)
+            let store = try SealedFileStore(path: setup.vault.vaultFile, keySource: .keyFile(setup.vault.keyFile))
+            let stored = try #require(try await store.load("work")?.refreshToken)
+            #expect(setup.issuer.isRefreshTokenActive(stored.unsafeString()))
+            _ = try await self.token(setup, force: true)
+            let reread = try SealedFileStore(path: setup.vault.vaultFile, keySource: .keyFile(setup.vault.keyFile))
+            let again = try #require(try await reread.load("work")?.refreshToken)
+            #expect(again != stored)
+            #expect(setup.issuer.isRefreshTokenActive(again.unsafeString()))
+        }
     }
 
     @Test func realWorldResponsesAreAccepted() async throws {
-        let setup = try await self.setUp(confidential: true)
-        setup.issuer.setTokenTypeSpelling("bearer")
-        setup.issuer.setIncludeExpiresIn(false)
-        let token = try await self.token(setup)
-        #expect(token.tokenType == "Bearer")
-        #expect(token.expiresIn == 300, "a missing expires_in is taken as 5 minutes")
-        #expect(setup.issuer.lastClientAuthentication == "basic")
-        let claims = try await setup.broker.claims(account: "work", for: testPeer)
-        #expect(claims.claims["preferred_username"]?.stringValue == "ada")
-        #expect(await setup.broker.status().accounts.first?.username == "ada")
+        try await using(self.setUp(confidential: true)) { setup in
+            setup.issuer.setTokenTypeSpelling("bearer")
+            setup.issuer.setIncludeExpiresIn(false)
+            let token = try await self.token(setup)
+            #expect(token.tokenType == "Bearer")
+            #expect(token.expiresIn == 300, "a missing expires_in is taken as 5 minutes")
+            #expect(setup.issuer.lastClientAuthentication == "basic")
+            let claims = try await setup.broker.claims(account: "work", for: testPeer)
+            #expect(claims.claims["preferred_username"]?.stringValue == "ada")
+            #expect(await setup.broker.status().accounts.first?.username == "ada")
+        }
     }
 
     @Test func aNarrowerScopeIsItsOwnToken() async throws {
-        let setup = try await self.setUp()
-        let full = try await self.token(setup)
-        let narrow = try await self.token(setup, scopes: ["openid"])
-        #expect(setup.issuer.lastRequestedScope == "openid")
-        #expect(narrow.scope == "openid")
-        #expect(narrow.accessToken != full.accessToken)
-        #expect(try await self.token(setup, scopes: ["openid"]).accessToken == narrow.accessToken)
+        try await using(self.setUp()) { setup in
+            let full = try await self.token(setup)
+            let narrow = try await self.token(setup, scopes: ["openid"])
+            #expect(setup.issuer.lastRequestedScope == "openid")
+            #expect(narrow.scope == "openid")
+            #expect(narrow.accessToken != full.accessToken)
+            #expect(try await self.token(setup, scopes: ["openid"]).accessToken == narrow.accessToken)
+        }
     }
 
     @Test func aRotatedSigningKeyIsFetchedOnce() async throws {
-        let setup = try await self.setUp()
-        _ = try await self.token(setup, force: true)
-        let fetches = setup.issuer.jwksFetchCount
-        setup.issuer.rotateSigningKey()
-        _ = try await self.token(setup, force: true)
-        #expect(setup.issuer.jwksFetchCount == fetches + 1, "an unknown kid fetches the JWKS again, once")
+        try await using(self.setUp()) { setup in
+            _ = try await self.token(setup, force: true)
+            let fetches = setup.issuer.jwksFetchCount
+            setup.issuer.rotateSigningKey()
+            _ = try await self.token(setup, force: true)
+            #expect(setup.issuer.jwksFetchCount == fetches + 1, "an unknown kid fetches the JWKS again, once")
+        }
     }
 
     @Test func callersOutsideAllowedClientsAreForbidden() async throws {
-        let setup = try await self.setUp(allowedClients: ["/usr/bin/only-this"])
-        #expect(await self.code(setup)?.code == .forbidden)
-        #expect(setup.issuer.refreshCount == 0)
+        try await using(self.setUp(allowedClients: ["/usr/bin/only-this"])) { setup in
+            #expect(await self.code(setup)?.code == .forbidden)
+            #expect(setup.issuer.refreshCount == 0)
+        }
     }
 
     @Test func unknownAndUnsignedAccounts() async throws {
-        let setup = try await self.setUp()
-        await #expect(throws: VaultError.self) {
-            try await setup.broker.token(TokenRequest(account: "nobody"), for: testPeer)
-        }
-        let bare = AccountConfiguration(name: "bare", issuer: setup.issuer.issuer, clientID: TestIssuer.clientID, scopes: [])
-        _ = try await setup.broker.add(AccountAddition(configuration: bare))
-        do {
-            _ = try await setup.broker.token(TokenRequest(account: "bare"), for: testPeer)
-            Issue.record("an account without a refresh token served a token")
-        } catch {
-            #expect(error.code == .notSignedIn)
+        try await using(self.setUp()) { setup in
+            await #expect(throws: VaultError.self) {
+                try await setup.broker.token(TokenRequest(account: "nobody"), for: testPeer)
+            }
+            let bare = AccountConfiguration(name: "bare", issuer: setup.issuer.issuer, clientID: TestIssuer.clientID, scopes: [])
+            _ = try await setup.broker.add(AccountAddition(configuration: bare))
+            do throws(VaultError) {
+                _ = try await setup.broker.token(TokenRequest(account: "bare"), for: testPeer)
+                Issue.record("an account without a refresh token served a token")
+            } catch {
+                #expect(error.code == .notSignedIn)
+            }
         }
     }
 }

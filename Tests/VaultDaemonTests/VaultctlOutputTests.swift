@@ -106,49 +106,48 @@ struct VaultctlOutputTests {
     }
 
     @Test func theBrowserSignInPutsNothingSecretOnACommandLine() async throws {
-        let issuer = try await TestIssuer.start()
-        let daemon = try DaemonProcess(folder: try temporaryFolder())
-        defer { Task { _ = await daemon.terminate(); await issuer.stop() } }
-        #expect(await daemon.waitForLog("listening"))
-        let socket = ["TOKENVAULT_SOCKET": daemon.socketPath]
-        let added = try await runTool(
-            "vaultctl",
-            ["account", "add", "work", "--issuer", issuer.issuer, "--client-id", TestIssuer.clientID, "--scope", "openid"],
-            environment: socket
-        )
-        #expect(added.status == 0, "\(added.stderr)")
+        try await using(TestIssuer.start(), DaemonProcess(folder: try temporaryFolder())) { issuer, daemon in
+            #expect(await daemon.waitForLog("listening"))
+            let socket = ["TOKENVAULT_SOCKET": daemon.socketPath]
+            let added = try await runTool(
+                "vaultctl",
+                ["account", "add", "work", "--issuer", issuer.issuer, "--client-id", TestIssuer.clientID, "--scope", "openid"],
+                environment: socket
+            )
+            #expect(added.status == 0, "\(added.stderr)")
 
-        let fakes = try FakePrograms.make()
-        let runtime = try self.runtimeFolder()
-        let result = try await runTool(
-            "vaultctl",
-            ["signin", "work", "--browser"],
-            environment: fakes.environment(socket.merging(["XDG_RUNTIME_DIR": runtime, "FAKE_BROWSER_DENY": "1"]) { $1 })
-        )
-        // The fake browser declined, which ended the flow.
-        #expect(result.status == 77, "EX_NOPERM: \(result.stderr)")
-        #expect(result.stderr.contains("declined in the browser"), "\(result.stderr)")
-        let url = try #require(result.stderr.split(separator: "\n").first { $0.hasPrefix(issuer.issuer + "/authorize?") })
-        let query = try #require(URLComponents(string: String(url))?.queryItems)
-        let secrets = ["state", "nonce", "code_challenge"].compactMap { name in query.first { $0.name == name }?.value }
-        #expect(secrets.count == 3, "\(url)")
+            let fakes = try FakePrograms.make()
+            let runtime = try self.runtimeFolder()
+            let result = try await runTool(
+                "vaultctl",
+                ["signin", "work", "--browser"],
+                environment: fakes.environment(socket.merging(["XDG_RUNTIME_DIR": runtime, "FAKE_BROWSER_DENY": "1"]) { $1 })
+            )
+            // The fake browser declined, which ended the flow.
+            #expect(result.status == 77, "EX_NOPERM: \(result.stderr)")
+            #expect(result.stderr.contains("declined in the browser"), "\(result.stderr)")
+            let url = try #require(result.stderr.split(separator: "\n").first { $0.hasPrefix(issuer.issuer + "/authorize?") })
+            let query = try #require(URLComponents(string: String(url))?.queryItems)
+            let secrets = ["state", "nonce", "code_challenge"].compactMap { name in query.first { $0.name == name }?.value }
+            #expect(secrets.count == 3, "\(url)")
 
-        let record = try #require(try await fakes.records(count: 1).first)
-        let argv = try #require(record["argv"] as? [String])
-        #expect(argv.count == 2 && argv[1].hasPrefix("file://" + runtime + "/"), "\(argv)")
-        for value in secrets + ["state=", "nonce=", "code_challenge"] {
-            #expect(!argv.joined(separator: " ").contains(value), "\(value) is on xdg-open's command line")
+            let record = try #require(try await fakes.records(count: 1).first)
+            let argv = try #require(record["argv"] as? [String])
+            #expect(argv.count == 2 && argv[1].hasPrefix("file://" + runtime + "/"), "\(argv)")
+            for value in secrets + ["state=", "nonce=", "code_challenge"] {
+                #expect(!argv.joined(separator: " ").contains(value), "\(value) is on xdg-open's command line")
+            }
+            #expect(record["mode"] as? Int == 0o600, "\(record)")
+            #expect(record["folder_mode"] as? Int == 0o700, "\(record)")
+            #expect(record["uid"] as? Int == Int(getuid()) && record["folder_uid"] as? Int == Int(getuid()))
+            let page = try #require(record["page"] as? String)
+            let escapedURL = String(url).replacingOccurrences(of: "&", with: "&amp;")
+            #expect(page.contains(#"<meta http-equiv="refresh" content="0; url=\#(escapedURL)">"#), "\(page)")
+            // The page goes when the flow ends.
+            let path = try #require(record["path"] as? String)
+            #expect(!FileManager.default.fileExists(atPath: path))
+            #expect(!FileManager.default.fileExists(atPath: (path as NSString).deletingLastPathComponent))
         }
-        #expect(record["mode"] as? Int == 0o600, "\(record)")
-        #expect(record["folder_mode"] as? Int == 0o700, "\(record)")
-        #expect(record["uid"] as? Int == Int(getuid()) && record["folder_uid"] as? Int == Int(getuid()))
-        let page = try #require(record["page"] as? String)
-        let escapedURL = String(url).replacingOccurrences(of: "&", with: "&amp;")
-        #expect(page.contains(#"<meta http-equiv="refresh" content="0; url=\#(escapedURL)">"#), "\(page)")
-        // The page goes when the flow ends.
-        let path = try #require(record["path"] as? String)
-        #expect(!FileManager.default.fileExists(atPath: path))
-        #expect(!FileManager.default.fileExists(atPath: (path as NSString).deletingLastPathComponent))
     }
 
     @Test func theDeviceSignInGivesQrencodeTheAddressOnStdinAndShowsIssuerTextEscaped() async throws {
@@ -164,22 +163,22 @@ struct VaultctlOutputTests {
         )
         defer { daemon.stop() }
         let fakes = try FakePrograms.make()
-        let terminal = VaultctlSignInTests.Terminal()
-        let env = fakes.environment(["TOKENVAULT_SOCKET": daemon.path]).map { "\($0.key)='\($0.value)'" }.joined(separator: " ")
-        let command = "env \(env) \(productsDirectory)/vaultctl signin work --device; echo EXIT=$?; sleep 60"
-        let started = try await terminal.tmux(["new-session", "-d", "-s", "s", "-x", "200", "-y", "40", command])
-        #expect(started.status == 0, "\(started.stderr)")
-        defer { Task { _ = try? await terminal.tmux(["kill-server"]) } }
+        try await using(VaultctlSignInTests.Terminal()) { terminal in
+            let env = fakes.environment(["TOKENVAULT_SOCKET": daemon.path]).map { "\($0.key)='\($0.value)'" }.joined(separator: " ")
+            let command = "env \(env) \(productsDirectory)/vaultctl signin work --device; echo EXIT=$?; sleep 60"
+            let started = try await terminal.tmux(["new-session", "-d", "-s", "s", "-x", "200", "-y", "40", command])
+            #expect(started.status == 0, "\(started.stderr)")
 
-        let screen = try await terminal.waitFor("EXIT=")
-        #expect(screen.contains("EXIT=0"), "\(screen)")
-        #expect(screen.contains(#"https://id.example.org/device\u{1B}[2J\u{1B}[HFORGED"#), "\(screen)")
-        #expect(screen.contains(#"Signed in to work as ada\u{1B}]0;owned\u{7}\nvaultctl: error: forged."#), "\(screen)")
-        #expect(screen.contains("QR-PICTURE"), "\(screen)")
-        let record = try #require(try await fakes.records(count: 1).first)
-        let argv = try #require(record["argv"] as? [String])
-        #expect(!argv.joined(separator: " ").contains(code), "the user code is on qrencode's command line: \(argv)")
-        #expect(record["stdin"] as? String == complete)
+            let screen = try await terminal.waitFor("EXIT=")
+            #expect(screen.contains("EXIT=0"), "\(screen)")
+            #expect(screen.contains(#"https://id.example.org/device\u{1B}[2J\u{1B}[HFORGED"#), "\(screen)")
+            #expect(screen.contains(#"Signed in to work as ada\u{1B}]0;owned\u{7}\nvaultctl: error: forged."#), "\(screen)")
+            #expect(screen.contains("QR-PICTURE"), "\(screen)")
+            let record = try #require(try await fakes.records(count: 1).first)
+            let argv = try #require(record["argv"] as? [String])
+            #expect(!argv.joined(separator: " ").contains(code), "the user code is on qrencode's command line: \(argv)")
+            #expect(record["stdin"] as? String == complete)
+        }
     }
 
     @Test func textFromTheDaemonReachesTheTerminalEscapedAndJSONAsItIs() async throws {
@@ -246,40 +245,39 @@ struct VaultctlOutputTests {
     }
 
     @Test func signOutOpensTheSignOutPageAndPrintsItsAddressOnlyWhenAsked() async throws {
-        let issuer = try await TestIssuer.start()
-        let daemon = try DaemonProcess(folder: try temporaryFolder())
-        defer { Task { _ = await daemon.terminate(); await issuer.stop() } }
-        #expect(await daemon.waitForLog("listening"))
-        let socket = ["TOKENVAULT_SOCKET": daemon.socketPath]
-        for name in ["work", "home", "lab"] {
-            try await importAccount(name, from: issuer, environment: socket)
-            // A refresh brings the ID token that the sign-out address carries.
-            #expect(try await runTool("vaultctl", ["token", name], environment: socket).status == 0)
+        try await using(TestIssuer.start(), DaemonProcess(folder: try temporaryFolder())) { issuer, daemon in
+            #expect(await daemon.waitForLog("listening"))
+            let socket = ["TOKENVAULT_SOCKET": daemon.socketPath]
+            for name in ["work", "home", "lab"] {
+                try await importAccount(name, from: issuer, environment: socket)
+                // A refresh brings the ID token that the sign-out address carries.
+                #expect(try await runTool("vaultctl", ["token", name], environment: socket).status == 0)
+            }
+            let fakes = try FakePrograms.make()
+            let runtime = try self.runtimeFolder()
+            let env = fakes.environment(socket.merging(["XDG_RUNTIME_DIR": runtime]) { $1 })
+
+            let out = try await runTool("vaultctl", ["signout", "work"], environment: env)
+            #expect(out.status == 0, "\(out.stderr)")
+            #expect(!(out.stdout + out.stderr).contains("id_token_hint") && !(out.stdout + out.stderr).contains("eyJ"), "\(out.stdout)")
+            #expect(out.stdout.contains("opened the issuer's sign-out page in the browser"), "\(out.stdout)")
+            let record = try #require(try await fakes.records(count: 1).first)
+            let argv = try #require(record["argv"] as? [String]).joined(separator: " ")
+            #expect(!argv.contains("id_token_hint") && !argv.contains("eyJ"), "\(argv)")
+            #expect(record["mode"] as? Int == 0o600 && record["folder_mode"] as? Int == 0o700, "\(record)")
+            #expect((record["page"] as? String)?.contains(issuer.issuer + "/logout?client_id=") == true)
+            #expect((record["page"] as? String)?.contains("id_token_hint=eyJ") == true)
+
+            // Without a display it says what to do, and prints nothing secret either.
+            let headless = socket.merging(["DISPLAY": "", "WAYLAND_DISPLAY": ""]) { $1 }
+            let unopened = try await runTool("vaultctl", ["signout", "home"], environment: headless)
+            #expect(unopened.status == 0, "\(unopened.stderr)")
+            #expect(unopened.stdout.contains("--print-end-session-url") && !unopened.stdout.contains("eyJ"), "\(unopened.stdout)")
+
+            let asked = try await runTool("vaultctl", ["signout", "lab", "--print-end-session-url"], environment: headless)
+            #expect(asked.stdout.contains("open: \(issuer.issuer)/logout?client_id="), "\(asked.stdout)")
+            #expect(asked.stdout.contains("id_token_hint=eyJ"), "\(asked.stdout)")
         }
-        let fakes = try FakePrograms.make()
-        let runtime = try self.runtimeFolder()
-        let env = fakes.environment(socket.merging(["XDG_RUNTIME_DIR": runtime]) { $1 })
-
-        let out = try await runTool("vaultctl", ["signout", "work"], environment: env)
-        #expect(out.status == 0, "\(out.stderr)")
-        #expect(!(out.stdout + out.stderr).contains("id_token_hint") && !(out.stdout + out.stderr).contains("eyJ"), "\(out.stdout)")
-        #expect(out.stdout.contains("opened the issuer's sign-out page in the browser"), "\(out.stdout)")
-        let record = try #require(try await fakes.records(count: 1).first)
-        let argv = try #require(record["argv"] as? [String]).joined(separator: " ")
-        #expect(!argv.contains("id_token_hint") && !argv.contains("eyJ"), "\(argv)")
-        #expect(record["mode"] as? Int == 0o600 && record["folder_mode"] as? Int == 0o700, "\(record)")
-        #expect((record["page"] as? String)?.contains(issuer.issuer + "/logout?client_id=") == true)
-        #expect((record["page"] as? String)?.contains("id_token_hint=eyJ") == true)
-
-        // Without a display it says what to do, and prints nothing secret either.
-        let headless = socket.merging(["DISPLAY": "", "WAYLAND_DISPLAY": ""]) { $1 }
-        let unopened = try await runTool("vaultctl", ["signout", "home"], environment: headless)
-        #expect(unopened.status == 0, "\(unopened.stderr)")
-        #expect(unopened.stdout.contains("--print-end-session-url") && !unopened.stdout.contains("eyJ"), "\(unopened.stdout)")
-
-        let asked = try await runTool("vaultctl", ["signout", "lab", "--print-end-session-url"], environment: headless)
-        #expect(asked.stdout.contains("open: \(issuer.issuer)/logout?client_id="), "\(asked.stdout)")
-        #expect(asked.stdout.contains("id_token_hint=eyJ"), "\(asked.stdout)")
     }
 }
 

@@ -175,4 +175,52 @@ import VaultCrypto
             try SealedFileStore(path: self.vaultPath, keySource: .credential(self.folder + "/absent"))
         }
     }
+
+    /// The broker reads the lock state on its hot path: it never waits
+    /// behind a change being written and flushed to disk.
+    @Test func theLockStateIsAnsweredWhileAWriteIsUnderWay() async throws {
+        let gate = WriteGate()
+        let store = try SealedFileStore(path: self.vaultPath, keySource: .keyFile(self.keyPath), beforeWrite: { gate.pass() })
+        gate.arm()
+        let saved = Task { try await store.save(try self.secrets("rt-1"), for: "work") }
+        await onThread { gate.entered.wait() }
+        let answered = DispatchSemaphore(value: 0)
+        Thread {
+            _ = store.isLocked
+            answered.signal()
+        }.start()
+        let inTime = await onThread { answered.wait(timeout: .now() + 5) == .success }
+        gate.release.signal()
+        try await saved.value
+        #expect(inTime, "isLocked waited for the write to end")
+        #expect(try await store.load("work")?.refreshToken == (try SecretBytes(utf8: "rt-1")))
+    }
+}
+
+/// Holds the next write of a store until `release` is signalled; `entered`
+/// says the write has reached it.
+final class WriteGate: @unchecked Sendable {
+    let entered = DispatchSemaphore(value: 0)
+    let release = DispatchSemaphore(value: 0)
+    private let lock = NSLock()
+    private var armed = false
+
+    func arm() { self.lock.withLock { self.armed = true } }
+
+    func pass() {
+        let armed = self.lock.withLock {
+            defer { self.armed = false }
+            return self.armed
+        }
+        guard armed else { return }
+        self.entered.signal()
+        self.release.wait()
+    }
+}
+
+/// Runs blocking `body` on a thread of its own, off the cooperative pool.
+func onThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+    await withCheckedContinuation { continuation in
+        Thread { continuation.resume(returning: body()) }.start()
+    }
 }

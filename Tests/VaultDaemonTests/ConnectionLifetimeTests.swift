@@ -1,0 +1,58 @@
+import Foundation
+import Glibc
+import Testing
+import VaultDaemon
+import VaultTestIssuer
+
+/// What a connection's requests do once it closes.
+@Suite(.timeLimit(.minutes(1)))
+struct ConnectionLifetimeTests {
+    /// A client that closes its connection while its `token` waits on a
+    /// refresh stops waiting at once; the refresh it started is shared, runs
+    /// on, and answers the client still connected.
+    @Test func aClosedConnectionStopsWaitingAndTheSharedRefreshStillAnswersTheOthers() async throws {
+        try await using(TestIssuer.start(rotateRefreshTokens: true)) { issuer in
+            try await withVault { vault in
+                let setup = try LineClient(path: vault.socketPath)
+                let add = #"{"id":"add","op":"account.add","name":"work","issuer":"\#(issuer.issuer)","client_id":"\#(TestIssuer.clientID)","scopes":["openid"],"refresh_token":"\#(issuer.mintRefreshToken())"}"#
+                #expect(await setup.call(add)?["ok"] as? Bool == true)
+                issuer.setTokenBehaviour(.gate)
+
+                // The first caller starts the refresh; the second joins it.
+                let first = try LineClient(path: vault.socketPath)
+                first.send(#"{"id":"first","op":"token","account":"work"}"# + "\n")
+                #expect(await self.waitingCallers(vault, becomes: 1))
+                let second = try LineClient(path: vault.socketPath)
+                second.send(#"{"id":"second","op":"token","account":"work"}"# + "\n")
+                #expect(await self.waitingCallers(vault, becomes: 2))
+
+                shutdown(first.fd, Int32(SHUT_RDWR))
+                #expect(await self.waitingCallers(vault, becomes: 1), "the closed connection's caller still waits")
+                #expect(await self.poll { vault.server.requestsInFlight == 1 }, "the closed connection's request still counts")
+
+                issuer.openGate()
+                let answer = try #require(await second.readObject())
+                #expect(answer["ok"] as? Bool == true, "\(answer)")
+                #expect(issuer.refreshCount == 1)
+                let again = try #require(await second.call(#"{"id":"again","op":"token","account":"work"}"#))
+                #expect(again["access_token"] as? String == answer["access_token"] as? String, "the refresh was kept")
+                #expect(issuer.refreshCount == 1)
+            }
+        }
+    }
+
+    /// Polls, with a deadline, until `count` callers wait on a refresh of `work`.
+    func waitingCallers(_ vault: InProcessVault, becomes count: Int) async -> Bool {
+        await self.poll { await vault.broker.waitingCallers(account: "work") == count }
+    }
+
+    /// Polls `condition` until it holds or 10 s have passed.
+    func poll(_ condition: () async -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline {
+            if await condition() { return true }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        return await condition()
+    }
+}
