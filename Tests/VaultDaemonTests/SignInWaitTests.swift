@@ -1,3 +1,4 @@
+import Glibc
 import Testing
 import VaultDaemon
 import VaultTestIssuer
@@ -48,6 +49,25 @@ struct SignInWaitTests {
             #expect(waited["state"] as? String == "open_browser", "\(waited)")
             try await poll { await vault.dispatcher.signIns.waitTimers == 0 }
             #expect(await vault.dispatcher.signIns.count == 1, "the flow goes on")
+        }
+    }
+
+    /// A wait whose connection closes ends then: nothing waits ten minutes
+    /// for a caller that is gone, and the flow goes on for the others.
+    @Test func aWaitWhoseConnectionClosesLeavesNoTimer() async throws {
+        let (issuer, vault, client) = try await self.setUp()
+        try await using(issuer, vault) { _, _ in
+            let started = try #require(await client.call(#"{"id":"s","op":"signin.start","account":"work","method":"browser"}"#))
+            let flow = try #require(started["flow"] as? String, "\(started)")
+            let signIns = vault.dispatcher.signIns
+            let leaving = try LineClient(path: vault.socketPath)
+            leaving.send(#"{"id":"w","op":"signin.wait","flow":"\#(flow)","timeout_ms":600000}"# + "\n")
+            try await poll { await signIns.waitTimers == 1 }
+            shutdown(leaving.fd, Int32(SHUT_RDWR))
+            try await poll { await signIns.waitTimers == 0 }
+            #expect(await signIns.count == 1, "the flow goes on")
+            let waited = try #require(await client.call(#"{"id":"w2","op":"signin.wait","flow":"\#(flow)","timeout_ms":50}"#))
+            #expect(waited["state"] as? String == "open_browser", "\(waited)")
         }
     }
 }

@@ -334,14 +334,27 @@ public actor SignIns {
     private func park(_ id: String, timeout seconds: Double?) async {
         let ticket = self.nextWaiter
         self.nextWaiter += 1
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            guard self.flows[id] != nil else {
-                continuation.resume()
-                return
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                guard self.flows[id] != nil, !Task.isCancelled else {
+                    continuation.resume()
+                    return
+                }
+                let timer = seconds.map { self.timer(waking: id, ticket, after: $0) }
+                self.flows[id]?.waiters[ticket] = Waiter(continuation: continuation, timer: timer)
             }
-            let timer = seconds.map { self.timer(waking: id, ticket, after: $0) }
-            self.flows[id]?.waiters[ticket] = Waiter(continuation: continuation, timer: timer)
+        } onCancel: {
+            // The caller went away (its connection closed). This runs after
+            // the waiter is in place: the actor is busy with `park` until then.
+            Task { await self.wake(id, ticket) }
         }
+    }
+
+    /// Wakes one waiter before its time, and stops its timer.
+    private func wake(_ id: String, _ ticket: Int) {
+        guard let waiter = self.flows[id]?.waiters.removeValue(forKey: ticket) else { return }
+        waiter.timer?.cancel()
+        waiter.continuation.resume()
     }
 
     private func timer(waking id: String, _ ticket: Int, after seconds: Double) -> Task<Void, Never> {
