@@ -4,9 +4,9 @@ import VaultStore
 
 // Failures become wire errors here: the daemon's, then the sign-in slice's.
 // The errors that recur are built once; the store's and the issuers' errors
-// are mapped once. VaultStore and VaultOIDC
-// say what happened; only this layer adds what to run next, as every message
-// a person reads ends with the next step (docs/protocol.md: Error codes).
+// are mapped once. VaultStore and VaultOIDC say what happened; only this
+// layer adds what to run next, as every message a person reads ends with the
+// next step (docs/protocol.md: Error codes).
 
 extension VaultError {
     /// A passphrase vault before `unlock`, or any vault after `lock`.
