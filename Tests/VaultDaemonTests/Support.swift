@@ -165,7 +165,7 @@ struct InProcessVault: Stoppable {
         configuration.clock = clock
         configuration.events = events
         configuration.wrapStore = wrapStore
-        let daemon = try await Daemon(configuration, logger: logger)
+        let daemon = try await Self.open(configuration, logger: logger)
         let group = ServiceGroup(services: [daemon], logger: logger)
         let running = Task { try await group.run() }
         do {
@@ -181,6 +181,22 @@ struct InProcessVault: Stoppable {
         } catch {
             _ = await running.result
             throw error
+        }
+    }
+
+    /// The daemon on `configuration`. A restart on the same folder may find
+    /// the vault's lock still held for a moment after the stop: every process
+    /// this test process is starting holds a copy of each descriptor from its
+    /// fork to its exec, the lock's too (close-on-exec closes it only at exec).
+    /// So "another vaultd holds" is tried again until a deadline.
+    private static func open(_ configuration: Daemon.Configuration, logger: Logger) async throws -> Daemon {
+        let deadline = ContinuousClock.now + .seconds(5)
+        while true {
+            do {
+                return try await Daemon(configuration, logger: logger)
+            } catch let error as StoreError where error.message.hasPrefix("another vaultd holds") && ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(10))
+            }
         }
     }
 
