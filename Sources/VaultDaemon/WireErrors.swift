@@ -89,8 +89,9 @@ extension VaultError {
                 errorDescription: description
             )
         case .rejected(let code, let description):
-            // The issuer's own words say why; the code alone rarely does.
-            let because = description.map { " (\(String($0.prefix(200))))" } ?? ""
+            // The issuer's own words say why; the code alone rarely does
+            // (VaultOIDC keeps them to 200 printable characters).
+            let because = description.map { " (\($0))" } ?? ""
             self.init(
                 .idpError,
                 "the issuer of '\(name)' refused: \(code)\(because); check the account's client and scopes in accounts.json, "

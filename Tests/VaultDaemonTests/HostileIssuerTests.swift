@@ -47,16 +47,16 @@ struct HostileIssuerTests {
             let started = ContinuousClock.now
             if fault.code == .idpUnavailable {
                 // While the cached token lives it is the answer, even to a forced refresh.
-                #expect(try await self.token(vault, force: true).accessToken == first.accessToken)
+                #expect(try await vault.workToken(force: true).accessToken == first.accessToken)
                 clock.advance(by: 101)
             }
-            let error = try #require(await self.failure(vault, force: true), "a refresh succeeded against an issuer that \(fault.name)")
+            let error = try #require(await vault.workTokenFailure(force: true), "a refresh succeeded against an issuer that \(fault.name)")
             #expect(error.code == fault.code)
             #expect(ContinuousClock.now - started < .seconds(20), "each refresh ended within the 5 s issuer timeout")
             #expect(!error.message.contains("xxxx"), "no body is quoted back")
             if fault.name.contains("MiB") { #expect(error.message.contains("over the 1024 KiB limit"), "\(error.message)") }
             if fault.code == .idpError {
-                #expect(try await self.token(vault).accessToken == first.accessToken, "the cached token keeps serving")
+                #expect(try await vault.workToken().accessToken == first.accessToken, "the cached token keeps serving")
             }
 
             issuer.setTokenBehaviour(.normal)
@@ -81,10 +81,10 @@ struct HostileIssuerTests {
         try await using(TestIssuer.start(), InProcessVault.start()) { issuer, vault in
             issuer.setDiscoveryOverrides(issuer: issuerOverride, tokenEndpoint: tokenEndpoint)
             try await self.addAccount(vault, issuer)
-            #expect(await self.failure(vault)?.code == .idpError, "\(name)")
+            #expect(await vault.workTokenFailure()?.code == .idpError, "\(name)")
             #expect(issuer.refreshCount == 0, "no refresh token went to an endpoint it pointed at")
             issuer.setDiscoveryOverrides()
-            _ = try await self.token(vault)
+            _ = try await vault.workToken()
         }
     }
 
@@ -106,25 +106,10 @@ struct HostileIssuerTests {
         let deadline = ContinuousClock.now + .seconds(40)
         while true {
             do {
-                return try await self.token(vault, force: force)
+                return try await vault.workToken(force: force)
             } catch let error as VaultError where error.code == .idpUnavailable && ContinuousClock.now < deadline {
                 clock.advance(by: 61)
             }
-        }
-    }
-
-    private func token(_ vault: InProcessVault, force: Bool = false) async throws -> TokenResult {
-        try await vault.broker.token(TokenRequest(account: "work", forceRefresh: force), for: testPeer)
-    }
-
-    private func failure(_ vault: InProcessVault, force: Bool = false) async -> VaultError? {
-        do {
-            _ = try await self.token(vault, force: force)
-            return nil
-        } catch let error as VaultError {
-            return error
-        } catch {
-            return VaultError(.internalError, "\(type(of: error))")
         }
     }
 }

@@ -27,7 +27,7 @@ struct IssuerSafetyTests {
             issuer.setFault(.redirect(status, to: thief.issuer + "/steal?keep=secret"), at: path)
             if path == "/jwks" { thief.setFault(.redirect(status, to: thief.issuer + "/steal?keep=secret"), at: path) }
 
-            let error = try #require(await self.failure(vault), "a token came through a redirect")
+            let error = try #require(await vault.workTokenFailure(), "a token came through a redirect")
             #expect(error.code == .idpError, "\(error)")
             #expect(error.message.contains("HTTP \(status)") && error.message.contains(thief.issuer + "/steal"), "\(error.message)")
             #expect(!error.message.contains("secret"), "the Location's query is not quoted: \(error.message)")
@@ -40,7 +40,7 @@ struct IssuerSafetyTests {
     @Test func aRevocationIsNotRedirected() async throws {
         try await using(TestIssuer.start(), TestIssuer.start(), InProcessVault.start()) { issuer, thief, vault in
             try await self.addAccount(vault, issuer)
-            _ = try await self.token(vault)
+            _ = try await vault.workToken()
             issuer.setFault(.redirect(308, to: thief.issuer + "/steal"), at: "/revoke")
             let client = try LineClient(path: vault.socketPath)
             let out = try #require(await client.call(#"{"id":1,"op":"signout","account":"work"}"#))
@@ -60,7 +60,7 @@ struct IssuerSafetyTests {
         try await using(TestIssuer.start(), InProcessVault.start()) { issuer, vault in
             issuer.setRevocationOnlyInOAuthMetadata(true, issuer: named)
             try await self.addAccount(vault, issuer)
-            _ = try await self.token(vault)
+            _ = try await vault.workToken()
             let client = try LineClient(path: vault.socketPath)
             let out = try #require(await client.call(#"{"id":1,"op":"signout","account":"work"}"#))
             let account = try #require((out["accounts"] as? [[String: Any]])?.first, "\(out)")
@@ -142,7 +142,7 @@ struct IssuerSafetyTests {
             let body = #"{"access_token":"at-trickled","token_type":"Bearer","expires_in":3600}"#
             issuer.setFault(.trickle(body: body, everyMilliseconds: 500), at: TestIssuer.tokenPath)
             let started = ContinuousClock.now
-            let error = try #require(await self.failure(vault), "a trickled answer was taken")
+            let error = try #require(await vault.workTokenFailure(), "a trickled answer was taken")
             #expect(error.code == .idpUnavailable, "\(error)")
             #expect(ContinuousClock.now - started < .seconds(3 + 7), "cut at the 3 s timeout (plus discovery and slack)")
         }
@@ -152,7 +152,7 @@ struct IssuerSafetyTests {
     @Test func aTrickledRevocationIsCutAtItsBound() async throws {
         try await using(TestIssuer.start(), InProcessVault.start()) { issuer, vault in
             try await self.addAccount(vault, issuer)
-            _ = try await self.token(vault)
+            _ = try await vault.workToken()
             issuer.setFault(.trickle(body: String(repeating: " ", count: 80), everyMilliseconds: 500), at: "/revoke")
             let client = try LineClient(path: vault.socketPath)
             let started = ContinuousClock.now
@@ -271,21 +271,6 @@ struct IssuerSafetyTests {
         _ = try await vault.broker.add(
             AccountAddition(configuration: configuration, refreshToken: try SecretBytes(utf8: issuer.mintRefreshToken()))
         )
-    }
-
-    private func token(_ vault: InProcessVault, force: Bool = false) async throws -> TokenResult {
-        try await vault.broker.token(TokenRequest(account: "work", forceRefresh: force), for: testPeer)
-    }
-
-    private func failure(_ vault: InProcessVault, force: Bool = false) async -> VaultError? {
-        do {
-            _ = try await self.token(vault, force: force)
-            return nil
-        } catch let error as VaultError {
-            return error
-        } catch {
-            return VaultError(.internalError, "\(type(of: error))")
-        }
     }
 }
 

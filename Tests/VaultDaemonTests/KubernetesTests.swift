@@ -11,17 +11,7 @@ import VaultTestIssuer
 /// the vault's current access token.
 @Suite(.timeLimit(.minutes(1)))
 struct KubernetesTests {
-    struct Setup: Stoppable {
-        let issuer: TestIssuer
-        let vault: InProcessVault
-        let folder: String
-        var environment: [String: String] { ["TOKENVAULT_SOCKET": self.vault.socketPath, "HOME": self.folder] }
-
-        func stop() async {
-            await self.vault.stop()
-            await self.issuer.stop()
-        }
-    }
+    typealias Setup = IssuerAndVault
 
     func setUp() async throws -> Setup {
         let issuer = try await TestIssuer.start()

@@ -11,24 +11,7 @@ import VaultTestIssuer
 /// `unshare` or its ttl.
 @Suite(.timeLimit(.minutes(1)))
 struct ShareTests {
-    struct Setup: Stoppable {
-        let issuer: TestIssuer
-        let vault: InProcessVault
-        let folder: String
-        var environment: [String: String] { ["TOKENVAULT_SOCKET": self.vault.socketPath, "HOME": self.folder] }
-
-        func stop() async {
-            await self.vault.stop()
-            await self.issuer.stop()
-        }
-
-        /// `vaultctl share ...`; returns the share's id.
-        func share(_ arguments: [String]) async throws -> String {
-            let shared = try await runTool("vaultctl", ["share"] + arguments, environment: self.environment)
-            try #require(shared.status == 0, "\(shared.stderr)")
-            return shared.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        }
-    }
+    typealias Setup = IssuerAndVault
 
     func setUp() async throws -> Setup {
         let issuer = try await TestIssuer.start()
@@ -236,5 +219,14 @@ func isListening(port: Int) -> Bool {
     address.sin_port = UInt16(port).bigEndian
     return withUnsafePointer(to: &address) {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+    }
+}
+
+extension IssuerAndVault {
+    /// `vaultctl share ...`; returns the share's id.
+    func share(_ arguments: [String]) async throws -> String {
+        let shared = try await runTool("vaultctl", ["share"] + arguments, environment: self.environment)
+        try #require(shared.status == 0, "\(shared.stderr)")
+        return shared.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 }

@@ -212,6 +212,39 @@ struct InProcessVault: Stoppable {
     var keyFile: String { self.folder + "/state/vault.key" }
 }
 
+extension InProcessVault {
+    /// `work`'s access token for this test process, asked of the broker directly.
+    func workToken(force: Bool = false) async throws -> TokenResult {
+        try await self.broker.token(TokenRequest(account: "work", forceRefresh: force), for: testPeer)
+    }
+
+    /// Why asking for `work`'s token fails, or nil when it does not.
+    func workTokenFailure(force: Bool = false) async -> VaultError? {
+        do {
+            _ = try await self.workToken(force: force)
+            return nil
+        } catch let error as VaultError {
+            return error
+        } catch {
+            return VaultError(.internalError, "\(type(of: error))")
+        }
+    }
+}
+
+/// A test issuer and a vault served in this process, with a folder of the
+/// test's own as `HOME`; stopped together.
+struct IssuerAndVault: Stoppable {
+    let issuer: TestIssuer
+    let vault: InProcessVault
+    let folder: String
+    var environment: [String: String] { ["TOKENVAULT_SOCKET": self.vault.socketPath, "HOME": self.folder] }
+
+    func stop() async {
+        await self.vault.stop()
+        await self.issuer.stop()
+    }
+}
+
 /// A value an escaping closure can share (a `Mutex` it cannot capture).
 final class Shared<Value: Sendable>: Sendable {
     let value: Mutex<Value>
