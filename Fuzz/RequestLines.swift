@@ -3,6 +3,7 @@
 // vaultd does, and the round-trip property of the request decoder. Compiled
 // into both by scripts/fuzz.sh; it needs VaultProtocol only.
 
+import FoundationEssentials
 import VaultProtocol
 
 /// Stops the process with a message libFuzzer reports as a crash.
@@ -42,6 +43,36 @@ enum RequestLines {
         let second = Self.encoded(again)
         guard first == second else {
             fail("encoding is not a fixed point:\n\(String(decoding: first, as: UTF8.self))\n\(String(decoding: second, as: UTF8.self))")
+        }
+    }
+
+    /// The plain path (PlainLine.swift) reads `line` as JSONDecoder does,
+    /// and writes what it read as JSONEncoder does.
+    static func checkPlainAgrees(_ line: ArraySlice<UInt8>) {
+        let request = LineCodec.request(from: line)
+        guard Self.meaning(request) == Self.meaning(LineCodec.codableRequest(from: line)) else {
+            fail("the plain path read a line differently: \(String(decoding: line, as: UTF8.self).debugDescription)")
+        }
+        guard case .success = request.command else { return }
+        guard Self.encoded(request) == (try? Array(Self.encoder.encode(request))) else {
+            fail("the plain path wrote a request differently")
+        }
+    }
+
+    private static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }()
+
+    /// What a decoded request means, comparable.
+    private static func meaning(_ request: Request) -> String {
+        let id = request.id.map { "\($0)" } ?? "nil"
+        switch request.command {
+        case .success(.token(let token)):
+            return "\(id) token \(token.account)|\(token.scopes ?? ["<none>"])|\(token.minTTL)|\(token.forceRefresh)"
+        case .success(let command): return "\(id) \(command)"
+        case .failure(let error): return "\(id) error \(error.code.rawValue): \(error.message)"
         }
     }
 

@@ -13,6 +13,15 @@ public enum LineCodec {
     public static let notARequest = VaultError(.badRequest, "a request is one JSON object per line")
 
     public static func request(from line: some Collection<UInt8>) -> Request {
+        if let request = line.withContiguousStorageIfAvailable({ Request(plainToken: UnsafeRawBufferPointer($0)) }) ?? nil {
+            return request
+        }
+        return Self.codableRequest(from: line)
+    }
+
+    /// `request(from:)` without the plain path: what JSONDecoder makes of
+    /// the line. The plain path must always agree with it.
+    public static func codableRequest(from line: some Collection<UInt8>) -> Request {
         // JSONDecoder lets invalid UTF-8 through in fields it skips; the
         // protocol is UTF-8, so the whole line is checked first.
         guard String(validating: line, as: UTF8.self) != nil else {
@@ -28,6 +37,11 @@ public enum LineCodec {
 
     /// The reply's JSON without the trailing newline.
     public static func line(for response: Response) -> Data {
+        if case .success(let payload) = response.outcome, let token = payload as? TokenResult,
+            let line = token.plainLine(id: response.id)
+        {
+            return line
+        }
         do {
             return try Self.encoder.encode(response)
         } catch {
@@ -46,15 +60,32 @@ public enum LineCodec {
     }
 
     public static func line(for request: Request) throws -> Data {
-        try Self.encoder.encode(request)
+        if let line = request.plainLine() { return line }
+        return try Self.encoder.encode(request)
     }
 
     public static func head(of line: Data) throws -> ResponseHead {
-        try Self.decoder.decode(ResponseHead.self, from: line)
+        if let head = line.withUnsafeBytes({ ResponseHead(plain: $0) }) { return head }
+        return try Self.decoder.decode(ResponseHead.self, from: line)
     }
 
     public static func payload<P: ResultPayload>(_ type: P.Type, of line: Data) throws -> P {
-        try Self.decoder.decode(P.self, from: line)
+        // The one reply programs read in loops; a metatype comparison, not a
+        // conformance lookup.
+        if P.self == TokenResult.self, let reply = line.withUnsafeBytes({ TokenResult.plainReply($0) }),
+            let result = TokenResult(plain: reply)
+        {
+            return result as! P
+        }
+        return try Self.decoder.decode(P.self, from: line)
+    }
+
+    /// The access token of a successful `token` reply in a plain line, for
+    /// a program that prints it at once (`vaultctl token`): the reply it
+    /// comes in is unguarded memory already, so a guarded copy would guard
+    /// nothing. Nil for any other line; read it with `payload` then.
+    public static func plainAccessToken(of line: Data) -> String? {
+        line.withUnsafeBytes { TokenResult.plainReply($0)?.accessToken }
     }
 }
 
