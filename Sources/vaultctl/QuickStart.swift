@@ -76,7 +76,7 @@ enum QuickStart {
                     socket: plain.single("socket"),
                     json: plain.flags.contains("json"),
                     account: plain.positionals[0],
-                    scopes: plain.values["scope"] ?? [],
+                    scopes: plain.values("scope") ?? [],
                     minTTL: minTTL,
                     forceRefresh: plain.flags.contains("force-refresh"),
                     header: plain.flags.contains("header")
@@ -92,7 +92,7 @@ enum QuickStart {
                 ExecCredentialJob(
                     socket: plain.single("socket"),
                     account: plain.positionals[0],
-                    scopes: plain.values["scope"] ?? [],
+                    scopes: plain.values("scope") ?? [],
                     minTTL: minTTL
                 )
             )
@@ -126,7 +126,7 @@ enum QuickStart {
                     socket: plain.single("socket"),
                     account: plain.positionals[0],
                     variable: variable,
-                    scopes: plain.values["scope"] ?? [],
+                    scopes: plain.values("scope") ?? [],
                     minTTL: minTTL,
                     command: command
                 )
@@ -137,14 +137,23 @@ enum QuickStart {
     }
 
     /// A command's arguments in their plain spellings; nil for anything else.
+    ///
+    /// Arrays, not sets or dictionaries: a `Set<String>` makes the Swift
+    /// runtime look up String's Hashable conformance among every conformance
+    /// in the binary, which costs a fresh process more than parsing does.
     struct Plain {
+        struct Option {
+            var name: String
+            var values: [String]
+        }
+
         var positionals: [String] = []
-        var values: [String: [String]] = [:]
-        var flags: Set<String> = []
+        var options: [Option] = []
+        var flags: [String] = []
         /// What follows `--`, for a command that takes it.
         var afterTerminator: [String]?
 
-        init?(_ arguments: ArraySlice<String>, options: Set<String>, flags: Set<String>, terminator: Bool = false) {
+        init?(_ arguments: ArraySlice<String>, options: [String], flags: [String], terminator: Bool = false) {
             var index = arguments.startIndex
             while index < arguments.endIndex {
                 let argument = arguments[index]
@@ -169,7 +178,8 @@ enum QuickStart {
                 }
                 let key = String(name)
                 if flags.contains(key) {
-                    guard value == nil, self.flags.insert(key).inserted else { return nil }
+                    guard value == nil, !self.flags.contains(key) else { return nil }
+                    self.flags.append(key)
                     continue
                 }
                 guard options.contains(key) else { return nil }
@@ -179,14 +189,20 @@ enum QuickStart {
                     index += 1
                 }
                 guard let value, !value.isEmpty, !value.hasPrefix("-"), value != "help" else { return nil }
-                // Only --scope repeats; ArgumentParser keeps the last of
-                // the others, which a plain command line does not rely on.
-                if key != "scope" && self.values[key] != nil { return nil }
-                self.values[key, default: []].append(value)
+                if let seen = self.options.firstIndex(where: { $0.name == key }) {
+                    // Only --scope repeats; ArgumentParser keeps the last of
+                    // the others, which a plain command line does not rely on.
+                    guard key == "scope" else { return nil }
+                    self.options[seen].values.append(value)
+                } else {
+                    self.options.append(Option(name: key, values: [value]))
+                }
             }
         }
 
-        func single(_ key: String) -> String? { self.values[key]?.first }
+        func values(_ key: String) -> [String]? { self.options.first { $0.name == key }?.values }
+
+        func single(_ key: String) -> String? { self.values(key)?.first }
 
         /// `--min-ttl` when absent or plain digits in range; nil otherwise
         /// (ArgumentParser then says what is wrong).

@@ -67,8 +67,9 @@ struct TokenJob {
         try Connection.run(socket: self.socket) { (vault) throws(VaultError) in
             let reply = try vault.send(.token(request))
             if self.json { return Output.verbatim(String(decoding: reply, as: UTF8.self)) }
-            let token = try Output.field(TokenResult.self, of: reply)
-            Output.verbatim((self.header ? "Authorization: Bearer " : "") + token.accessToken.unsafeString())
+            var token = LineCodec.plainAccessToken(of: reply)
+            if token == nil { token = try Output.field(TokenResult.self, of: reply).accessToken.unsafeString() }
+            Output.verbatim((self.header ? "Authorization: Bearer " : "") + (token ?? ""))
         }
     }
 }
