@@ -150,9 +150,15 @@ public struct Dispatcher: Sendable {
     /// One line per access token handed out: which account, to which
     /// program, through which share; never the token.
     private func audit(_ account: String, _ peer: Peer) {
-        var metadata = peer.auditMetadata.merging(["account": "\(account)"]) { $1 }
-        if let grant = self.grant { metadata["share"] = "\(grant.id)" }
-        self.logger.info("token released", metadata: metadata)
+        // An autoclosure: nothing is built when the level drops the line.
+        self.logger.info("token released", metadata: Self.auditMetadata(account, peer, share: self.grant?.id))
+    }
+
+    private static func auditMetadata(_ account: String, _ peer: Peer, share: String?) -> Logger.Metadata {
+        var metadata = peer.auditMetadata
+        metadata["account"] = "\(account)"
+        if let share { metadata["share"] = "\(share)" }
+        return metadata
     }
 
     /// What a share's socket lets through, narrowed to the share: a token of
