@@ -3,9 +3,19 @@ internal import CSodium
 /// Bytes that must not be logged, printed, compared in variable time, or kept
 /// longer than needed: refresh tokens, access tokens, client secrets, keys.
 ///
-/// The bytes live in `sodium_malloc` memory (guard pages, `mlock` where the
-/// limit allows) and are zeroed by `sodium_free` when the last copy goes away.
-/// `description`, `debugDescription` and `dump()` show only the length.
+/// The bytes live in guarded memory: `mlock`ed where `RLIMIT_MEMLOCK` allows
+/// (so not swapped), left out of core dumps, and zeroed when the last copy
+/// goes away. `description`, `debugDescription` and `dump()` show only the
+/// length.
+///
+/// Secrets of up to `SecretArena.largestCount` (8,176) bytes share large
+/// `sodium_malloc` regions (`SecretArena`), so thousands of them cost a few
+/// hundred memory mappings rather than four each. The trade-off: guard pages
+/// surround a region, not each secret, so a bug that overruns one secret can
+/// read or write its neighbours in the same region. A random canary after
+/// each secret is checked when it is freed, and a changed one stops the
+/// process; reads past the end go unnoticed. Longer secrets get their own
+/// `sodium_malloc`, guard pages and canary included.
 public struct SecretBytes: Sendable {
     private let storage: Storage
 
@@ -80,10 +90,18 @@ extension SecretBytes: CustomStringConvertible, CustomDebugStringConvertible, Cu
 /// before the object is shared, and only read afterwards.
 private final class Storage: @unchecked Sendable {
     let buffer: UnsafeMutableRawBufferPointer
+    /// Whether the bytes are a slot of `SecretArena.shared` rather than their
+    /// own `sodium_malloc`.
+    private let inArena: Bool
 
     init(count: Int, initialize: (UnsafeMutableRawBufferPointer) -> Void) throws(SodiumError) {
         try Sodium.ensureInitialized()
-        guard let base = sodium_malloc(Swift.max(count, 1)) else {
+        let base: UnsafeMutableRawPointer
+        if let slot = try SecretArena.shared.allocate(count: count) {
+            (base, self.inArena) = (slot, true)
+        } else if let own = sodium_malloc(count) {
+            (base, self.inArena) = (own, false)
+        } else {
             throw SodiumError(operation: "sodium_malloc")
         }
         self.buffer = UnsafeMutableRawBufferPointer(start: base, count: count)
@@ -91,7 +109,13 @@ private final class Storage: @unchecked Sendable {
     }
 
     deinit {
-        // Zeroes, unlocks and unmaps the guarded pages.
-        sodium_free(self.buffer.baseAddress)
+        guard let base = self.buffer.baseAddress else { return }
+        if self.inArena {
+            // Checks the canary, zeroes the slot and puts it back for reuse.
+            SecretArena.shared.free(base, count: self.buffer.count)
+        } else {
+            // Zeroes, unlocks and unmaps the guarded pages.
+            sodium_free(base)
+        }
     }
 }
