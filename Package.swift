@@ -119,7 +119,19 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
-            swiftSettings: strict
+            exclude: ["vaultd.map"],
+            swiftSettings: strict,
+            // Memory a per-user daemon keeps resident for as long as the
+            // session lasts: lld packs the 95,000 relative relocations of a
+            // position-independent vaultd into 20 KB (DT_RELR, glibc 2.36),
+            // where they took 2.2 MB, and vaultd.map keeps its symbols out of
+            // the dynamic symbol table.
+            linkerSettings: [
+                .unsafeFlags([
+                    "-use-ld=lld", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs",
+                    "-Xlinker", "--version-script=\(Context.packageDirectory)/Sources/vaultd/vaultd.map",
+                ])
+            ]
         ),
         .executableTarget(
             name: "vaultctl",
