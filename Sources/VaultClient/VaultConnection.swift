@@ -64,16 +64,17 @@ public final class VaultConnection {
     /// user (SO_PEERCRED): else whoever made a socket at `path` would be sent
     /// passwords, codes and refresh tokens.
     private static func checkServer(_ fd: Int32, path: String) throws(VaultError) {
-        var credentials: [UInt32] = [0, 0, 0]  // struct ucred: pid, uid, gid
-        var length = socklen_t(MemoryLayout<UInt32>.size * 3)
+        // struct ucred, which Glibc's module map leaves out (_GNU_SOURCE).
+        var credentials: (pid: Int32, uid: UInt32, gid: UInt32) = (0, 0, 0)
+        var length = socklen_t(MemoryLayout.size(ofValue: credentials))
         guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 else {
             throw VaultError(.unavailable, "cannot tell who serves \(path): \(Self.reason())")
         }
         let me = geteuid()
-        guard credentials[1] == me else {
+        guard credentials.uid == me else {
             throw VaultError(
                 .forbidden,
-                "\(path) is served by uid \(credentials[1]), not by you (uid \(me)); nothing was sent to it. Check who made it, or use another socket"
+                "\(path) is served by uid \(credentials.uid), not by you (uid \(me)); nothing was sent to it. Check who made it, or use another socket"
             )
         }
     }
@@ -141,7 +142,6 @@ public final class VaultConnection {
     }
 
     private func readLine() throws(VaultError) -> Data {
-        var chunk = [UInt8](repeating: 0, count: 16 * 1024)
         while true {
             if let newline = self.buffer.firstIndex(of: 0x0A) {
                 let line = Data(self.buffer[..<newline])
@@ -151,13 +151,19 @@ public final class VaultConnection {
             guard self.buffer.count <= Self.maximumReplyBytes else {
                 throw VaultError(.internalError, "vaultd sent a reply longer than \(Self.maximumReplyBytes) bytes")
             }
-            let n = chunk.withUnsafeMutableBytes { recv(self.fd, $0.baseAddress, $0.count, 0) }
+            var n = 0
+            // Not zeroed first: recv writes what it returns, and a fresh
+            // vaultctl would touch four pages of heap for nothing.
+            let chunk = [UInt8](unsafeUninitializedCapacity: 16 * 1024) { bytes, count in
+                n = recv(self.fd, bytes.baseAddress, bytes.count, 0)
+                count = Swift.max(n, 0)
+            }
             if n < 0 {
                 if errno == EINTR { continue }
                 throw VaultError(.unavailable, "lost the connection to vaultd: \(Self.reason()); see its log: journalctl --user -u vaultd")
             }
             if n == 0 { throw VaultError(.unavailable, "vaultd closed the connection before answering; see its log: journalctl --user -u vaultd") }
-            self.buffer.append(contentsOf: chunk[0..<n])
+            self.buffer.append(contentsOf: chunk)
         }
     }
 
