@@ -110,9 +110,10 @@ enum PlainLine {
             let start = self.index
             var value: Int64 = 0
             while self.index < self.bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(self.bytes[self.index]) {
+                // Counted before the digit is added: 18 digits always fit.
+                guard self.index - start < 18 else { return nil }
                 value = value * 10 + Int64(self.bytes[self.index] - UInt8(ascii: "0"))
                 self.index += 1
-                guard self.index - start <= 18 else { return nil }
             }
             let digits = self.index - start
             guard digits > 0, digits == 1 || self.bytes[start] != UInt8(ascii: "0"), !(negative && value == 0) else { return nil }

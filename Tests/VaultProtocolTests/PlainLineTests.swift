@@ -50,6 +50,10 @@ import VaultProtocol
         #"{"op":"token","account":"w","min_ttl":0060}"#,
         #"{"op":"token","account":"w","id":-0}"#,
         #"{"op":"token","account":"w","id":1234567890123456789}"#,
+        // Past Int64 while being read: a number the plain path must decline, not trap on.
+        #"{"op":"token","account":"w","id":9999999999999999999}"#,
+        #"{"op":"token","account":"w","min_ttl":99999999999999999999999999999999}"#,
+        #"{"op":"token","account":"w","id":-9999999999999999999}"#,
         #"{"op":"token","account":"w","id":null}"#,
         #"{"op":"token","account":"w","id":{}}"#,
         #"{"op":"token","account":"w","account":"v"}"#,
