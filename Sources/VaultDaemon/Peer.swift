@@ -50,10 +50,14 @@ public struct Peer: Sendable, Hashable, CustomStringConvertible {
     /// The peer of a connection just accepted; `pidfd` is its SO_PEERPIDFD
     /// when the kernel gave one.
     static func identify(pid: Int32, uid: UInt32, gid: UInt32, pidfd: CInt?) -> Peer {
-        let started = Self.startTime(of: pid)
+        // The kernel builds /proc/PID/stat afresh on every read: reading it
+        // twice was most of what accepting a connection cost. A pidfd makes
+        // it unnecessary.
+        let started = pidfd == nil ? Self.startTime(of: pid) : nil
         let executable = Self.executable(of: pid)
         let cgroup = Self.read("/proc/\(pid)/cgroup")
-        let unchanged = started != nil && Self.startTime(of: pid) == started && (pidfd.map(Self.isRunning) ?? true)
+        let unchanged =
+            if let pidfd { Self.isRunning(pidfd) } else { started != nil && Self.startTime(of: pid) == started }
         guard unchanged else { return Peer(pid: pid, uid: uid, gid: gid, executable: nil) }
         return Peer(pid: pid, uid: uid, gid: gid, executable: executable, unit: cgroup.flatMap(Self.unit(inCgroup:)))
     }
