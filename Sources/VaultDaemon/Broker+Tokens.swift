@@ -86,6 +86,15 @@ extension Broker {
         !(self.accounts[account]?.refreshing.isEmpty ?? true)
     }
 
+    /// How many refreshes `account` keeps a handle on: only those under way;
+    /// for tests.
+    public func heldRefreshes(account: String) -> Int {
+        guard let account = self.accounts[account] else { return 0 }
+        var serials = Set(account.refreshing.values.map(\.serial))
+        if let spending = account.spending { serials.insert(spending.serial) }
+        return serials.count
+    }
+
     /// A token in use has passed its refresh-ahead point: refresh it in the
     /// background so that no caller waits on the issuer. Nothing starts when
     /// a refresh of that scope set runs, the issuer asked us to wait, or the
@@ -113,7 +122,10 @@ extension Broker {
         let task = Task {
             _ = await previous?.value
             let outcome = await self.refresh(name, key: key, scope: scope, generation: generation)
+            // A finished refresh is let go: a task kept after its end keeps
+            // the memory its frames used (about 20 KB), one per account.
             if self.accounts[name]?.refreshing[key]?.serial == serial { self.accounts[name]?.refreshing[key] = nil }
+            if self.accounts[name]?.spending?.serial == serial { self.accounts[name]?.spending = nil }
             return outcome
         }
         let refresh = Refresh(serial: serial, task: task)

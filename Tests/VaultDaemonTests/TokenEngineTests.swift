@@ -107,6 +107,19 @@ struct TokenEngineTests {
         }
     }
 
+    @Test func aFinishedRefreshIsLetGo() async throws {
+        try await using(self.setUp()) { setup in
+            _ = try await self.token(setup)
+            #expect(await setup.broker.heldRefreshes(account: "work") == 0, "the account keeps its finished refresh")
+            _ = try await self.token(setup, force: true)
+            _ = try await self.token(setup, scopes: ["openid"])
+            #expect(await setup.broker.heldRefreshes(account: "work") == 0, "the account keeps its finished refreshes")
+            #expect(setup.issuer.refreshCount == 3)
+            let cached = try await self.token(setup)
+            #expect(setup.issuer.refreshCount == 3, "a cached token still needs no refresh: \(cached.expiresIn)")
+        }
+    }
+
     @Test func aHangingIssuerDoesNotStallAnotherAccount() async throws {
         let hanging = try await self.setUp()
         hanging.issuer.setTokenBehaviour(.hang)
