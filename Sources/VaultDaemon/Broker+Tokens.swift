@@ -124,7 +124,11 @@ extension Broker {
             let outcome = await self.refresh(name, key: key, scope: scope, generation: generation)
             // A finished refresh is let go: a task kept after its end keeps
             // the memory its frames used (about 20 KB), one per account.
-            if self.accounts[name]?.refreshing[key]?.serial == serial { self.accounts[name]?.refreshing[key] = nil }
+            if self.accounts[name]?.refreshing[key]?.serial == serial {
+                self.accounts[name]?.refreshing[key] = nil
+                // An emptied table keeps its storage: let it go too.
+                if self.accounts[name]?.refreshing.isEmpty == true { self.accounts[name]?.refreshing = [:] }
+            }
             if self.accounts[name]?.spending?.serial == serial { self.accounts[name]?.spending = nil }
             return outcome
         }
@@ -162,7 +166,7 @@ extension Broker {
         guard let account = self.accounts[name] else { throw VaultError.unknownAccount(name) }
         try Self.checkAllowed(account.configuration, peer: peer)
         try self.checkSignedIn(name)
-        guard let claims = account.claims else {
+        guard let claims = account.claims?.value else {
             throw VaultError(.notSignedIn, "the issuer has sent no ID token for '\(name)' yet; ask for a token first")
         }
         return ClaimsResult(claims: claims)
@@ -256,7 +260,7 @@ extension Broker {
             guard self.accounts[name]?.generation == generation else {
                 return .failure(self.discard(name, rotated: rotated, client: client, metadata: metadata))
             }
-            self.accounts[name]?.claims = claims
+            self.accounts[name]?.claims = StoredClaims(claims, of: idToken)
             if self.accounts[name]?.secrets.idToken == nil {
                 self.accounts[name]?.secrets.idToken = idToken
             }

@@ -42,7 +42,7 @@ public actor Broker {
         var secrets = AccountSecrets()
         var needsReauth = false
         /// Validated ID-token claims, from the last ID token the issuer sent.
-        var claims: JSONValue?
+        var claims: StoredClaims?
         /// The one refresh in flight per scope set; every caller awaits it.
         var refreshing: [String: Refresh] = [:]
         /// The last refresh to spend the refresh token; the next waits for it,
@@ -57,9 +57,7 @@ public actor Broker {
         /// when it changed, keeps nothing of what it got.
         var generation: Int
 
-        var username: String? {
-            self.claims?["preferred_username"]?.stringValue ?? self.claims?["email"]?.stringValue
-        }
+        var username: String? { self.claims?.username }
     }
 
     public init(
@@ -110,7 +108,7 @@ public actor Broker {
             // A sign-in or sign-out meanwhile knows better than what was read.
             guard self.accounts[name]?.generation == generation else { continue }
             self.accounts[name]?.secrets = secrets ?? AccountSecrets()
-            self.accounts[name]?.claims = secrets?.idToken.flatMap { IDTokenReader.claims(of: $0.unsafeString()) }
+            self.accounts[name]?.claims = secrets?.idToken.flatMap(StoredClaims.init(storedIDToken:))
         }
         self.logger.info("secrets loaded", metadata: ["accounts": "\(self.accounts.count)"])
     }

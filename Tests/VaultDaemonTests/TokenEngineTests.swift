@@ -212,6 +212,30 @@ struct TokenEngineTests {
         }
     }
 
+    @Test func claimsAreTheLastIDTokensAfterARefreshAndAfterAReload() async throws {
+        try await using(self.setUp(rotate: true)) { setup in
+            _ = try await self.token(setup)
+            func check(_ when: String) async throws {
+                let claims = try await setup.broker.claims(account: "work", for: testPeer).claims
+                #expect(claims["iss"]?.stringValue == setup.issuer.issuer, "\(when)")
+                #expect(claims["sub"]?.stringValue == "ada", "\(when)")
+                #expect(claims["aud"]?.stringValue == TestIssuer.clientID, "\(when)")
+                #expect(claims["email"]?.stringValue == "ada@example.org", "\(when)")
+                #expect(claims["preferred_username"]?.stringValue == "ada", "\(when)")
+                if case .number(let exp)? = claims["exp"], case .number(let iat)? = claims["iat"] {
+                    #expect(exp - iat == 100, "\(when)")
+                } else {
+                    Issue.record("exp and iat are not numbers \(when)")
+                }
+                #expect(await setup.broker.status().accounts.first?.username == "ada", "\(when)")
+            }
+            try await check("after a refresh")
+            await setup.broker.lock()
+            try await setup.broker.unlock(passphrase: nil)
+            try await check("after the secrets were read again")
+        }
+    }
+
     @Test func aNarrowerScopeIsItsOwnToken() async throws {
         try await using(self.setUp()) { setup in
             let full = try await self.token(setup)
