@@ -80,7 +80,9 @@ public actor Broker {
         self.oidc = oidc
         self.clock = clock
         self.logger = logger
-        for configuration in try directory.load() {
+        var shared = SharedText()
+        for loaded in try directory.load() {
+            let configuration = shared.share(loaded)
             self.lastGeneration += 1
             self.accounts[configuration.name] = Account(configuration: configuration, generation: self.lastGeneration)
             self.cache.configure(configuration)
@@ -143,7 +145,8 @@ public actor Broker {
     }
 
     public func add(_ addition: AccountAddition) async throws(VaultError) -> AccountResult {
-        let configuration = addition.configuration
+        var shared = SharedText(self.accounts.values.lazy.map(\.configuration))
+        let configuration = shared.share(addition.configuration)
         try AccountValidation.validate(configuration)
         let name = configuration.name
         guard self.accounts[name] == nil else {
