@@ -86,6 +86,9 @@ extension Broker {
         !(self.accounts[account]?.refreshing.isEmpty ?? true)
     }
 
+    /// How many times the heap was trimmed after a burst; for tests.
+    public nonisolated var heapTrims: Int { self.heapTrim.count }
+
     /// How many refreshes `account` keeps a handle on: only those under way;
     /// for tests.
     public func heldRefreshes(account: String) -> Int {
@@ -130,6 +133,7 @@ extension Broker {
                 if self.accounts[name]?.refreshing.isEmpty == true { self.accounts[name]?.refreshing = [:] }
             }
             if self.accounts[name]?.spending?.serial == serial { self.accounts[name]?.spending = nil }
+            self.heapTrim.soon()
             return outcome
         }
         let refresh = Refresh(serial: serial, task: task)

@@ -31,6 +31,8 @@ public actor Broker {
     let storeQueue = SerialQueue()
     /// Every write of accounts.json, each of the configuration as it is then.
     let directoryWrites = SerialQueue()
+    /// Returns the heap's free pages after bursts of refreshes and account changes.
+    nonisolated let heapTrim = HeapTrim()
     /// Numbers each refresh, so a finished one removes only itself.
     var refreshSerial = 0
     /// The last generation handed out; generations are unique across
@@ -288,6 +290,7 @@ public actor Broker {
         let task = self.directoryWrites.enqueue { () async -> Result<Void, VaultError> in
             await self.writeDirectory()
         }
+        defer { self.heapTrim.soon() }
         try await task.value.get()
     }
 

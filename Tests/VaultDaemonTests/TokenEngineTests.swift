@@ -212,6 +212,22 @@ struct TokenEngineTests {
         }
     }
 
+    @Test func theHeapIsTrimmedOnceABurstOfRefreshesIsOver() async throws {
+        try await using(self.setUp()) { setup in
+            func trims(over count: Int) async throws -> Bool {
+                let deadline = Date().addingTimeInterval(20)
+                while setup.broker.heapTrims <= count && Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
+                return setup.broker.heapTrims > count
+            }
+            #expect(try await trims(over: 0), "no trim followed the account's addition")
+            let before = setup.broker.heapTrims
+            _ = try await self.token(setup)
+            _ = try await self.token(setup, force: true)
+            #expect(try await trims(over: before), "no trim followed the refreshes")
+            #expect(setup.issuer.refreshCount == 2)
+        }
+    }
+
     @Test func claimsAreTheLastIDTokensAfterARefreshAndAfterAReload() async throws {
         try await using(self.setUp(rotate: true)) { setup in
             _ = try await self.token(setup)
