@@ -97,16 +97,17 @@ extension Broker: SignInBroker {
             )
         }
         let now = self.clock.now()
-        var claims: JSONValue?
+        var claims: StoredClaims?
         if let idToken = response.idToken {
             do {
-                claims = try await self.oidc.validateIDToken(
+                let validated = try await self.oidc.validateIDToken(
                     idToken,
                     clientID: configuration.clientID,
                     nonce: nonce,
                     metadata: metadata,
                     now: now
                 )
+                claims = StoredClaims(validated, of: idToken)
             } catch {
                 self.logger.warning("ID token refused at sign-in", metadata: ["account": "\(name)", "reason": "\(error)"])
                 throw VaultError(error, account: name)

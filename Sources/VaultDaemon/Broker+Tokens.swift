@@ -86,6 +86,18 @@ extension Broker {
         !(self.accounts[account]?.refreshing.isEmpty ?? true)
     }
 
+    /// How many times the heap was trimmed after a burst; for tests.
+    public nonisolated var heapTrims: Int { self.heapTrim.count }
+
+    /// How many refreshes `account` keeps a handle on: only those under way;
+    /// for tests.
+    public func heldRefreshes(account: String) -> Int {
+        guard let account = self.accounts[account] else { return 0 }
+        var serials = Set(account.refreshing.values.map(\.serial))
+        if let spending = account.spending { serials.insert(spending.serial) }
+        return serials.count
+    }
+
     /// A token in use has passed its refresh-ahead point: refresh it in the
     /// background so that no caller waits on the issuer. Nothing starts when
     /// a refresh of that scope set runs, the issuer asked us to wait, or the
@@ -113,7 +125,15 @@ extension Broker {
         let task = Task {
             _ = await previous?.value
             let outcome = await self.refresh(name, key: key, scope: scope, generation: generation)
-            if self.accounts[name]?.refreshing[key]?.serial == serial { self.accounts[name]?.refreshing[key] = nil }
+            // A finished refresh is let go: a task kept after its end keeps
+            // the memory its frames used (about 20 KB), one per account.
+            if self.accounts[name]?.refreshing[key]?.serial == serial {
+                self.accounts[name]?.refreshing[key] = nil
+                // An emptied table keeps its storage: let it go too.
+                if self.accounts[name]?.refreshing.isEmpty == true { self.accounts[name]?.refreshing = [:] }
+            }
+            if self.accounts[name]?.spending?.serial == serial { self.accounts[name]?.spending = nil }
+            self.heapTrim.soon()
             return outcome
         }
         let refresh = Refresh(serial: serial, task: task)
@@ -150,7 +170,7 @@ extension Broker {
         guard let account = self.accounts[name] else { throw VaultError.unknownAccount(name) }
         try Self.checkAllowed(account.configuration, peer: peer)
         try self.checkSignedIn(name)
-        guard let claims = account.claims else {
+        guard let claims = account.claims?.value else {
             throw VaultError(.notSignedIn, "the issuer has sent no ID token for '\(name)' yet; ask for a token first")
         }
         return ClaimsResult(claims: claims)
@@ -244,7 +264,7 @@ extension Broker {
             guard self.accounts[name]?.generation == generation else {
                 return .failure(self.discard(name, rotated: rotated, client: client, metadata: metadata))
             }
-            self.accounts[name]?.claims = claims
+            self.accounts[name]?.claims = StoredClaims(claims, of: idToken)
             if self.accounts[name]?.secrets.idToken == nil {
                 self.accounts[name]?.secrets.idToken = idToken
             }

@@ -31,6 +31,8 @@ public actor Broker {
     let storeQueue = SerialQueue()
     /// Every write of accounts.json, each of the configuration as it is then.
     let directoryWrites = SerialQueue()
+    /// Returns the heap's free pages after bursts of refreshes and account changes.
+    nonisolated let heapTrim = HeapTrim()
     /// Numbers each refresh, so a finished one removes only itself.
     var refreshSerial = 0
     /// The last generation handed out; generations are unique across
@@ -42,7 +44,7 @@ public actor Broker {
         var secrets = AccountSecrets()
         var needsReauth = false
         /// Validated ID-token claims, from the last ID token the issuer sent.
-        var claims: JSONValue?
+        var claims: StoredClaims?
         /// The one refresh in flight per scope set; every caller awaits it.
         var refreshing: [String: Refresh] = [:]
         /// The last refresh to spend the refresh token; the next waits for it,
@@ -57,9 +59,7 @@ public actor Broker {
         /// when it changed, keeps nothing of what it got.
         var generation: Int
 
-        var username: String? {
-            self.claims?["preferred_username"]?.stringValue ?? self.claims?["email"]?.stringValue
-        }
+        var username: String? { self.claims?.username }
     }
 
     public init(
@@ -82,7 +82,9 @@ public actor Broker {
         self.oidc = oidc
         self.clock = clock
         self.logger = logger
-        for configuration in try directory.load() {
+        var shared = SharedText()
+        for loaded in try directory.load() {
+            let configuration = shared.share(loaded)
             self.lastGeneration += 1
             self.accounts[configuration.name] = Account(configuration: configuration, generation: self.lastGeneration)
             self.cache.configure(configuration)
@@ -110,7 +112,7 @@ public actor Broker {
             // A sign-in or sign-out meanwhile knows better than what was read.
             guard self.accounts[name]?.generation == generation else { continue }
             self.accounts[name]?.secrets = secrets ?? AccountSecrets()
-            self.accounts[name]?.claims = secrets?.idToken.flatMap { IDTokenReader.claims(of: $0.unsafeString()) }
+            self.accounts[name]?.claims = secrets?.idToken.flatMap(StoredClaims.init(storedIDToken:))
         }
         self.logger.info("secrets loaded", metadata: ["accounts": "\(self.accounts.count)"])
     }
@@ -145,7 +147,8 @@ public actor Broker {
     }
 
     public func add(_ addition: AccountAddition) async throws(VaultError) -> AccountResult {
-        let configuration = addition.configuration
+        var shared = SharedText(self.accounts.values.lazy.map(\.configuration))
+        let configuration = shared.share(addition.configuration)
         try AccountValidation.validate(configuration)
         let name = configuration.name
         guard self.accounts[name] == nil else {
@@ -287,6 +290,7 @@ public actor Broker {
         let task = self.directoryWrites.enqueue { () async -> Result<Void, VaultError> in
             await self.writeDirectory()
         }
+        defer { self.heapTrim.soon() }
         try await task.value.get()
     }
 

@@ -71,7 +71,11 @@ public final class TokenCache: Sendable {
     }
 
     func store(_ token: CachedToken, account: String, key: String) {
-        self.state.withLock { $0[account]?.tokens[key] = token }
+        self.state.withLock { entries in
+            guard let entry = entries[account] else { return }
+            // The default scope set's key is the entry's own: one copy, not two.
+            entries[account]?.tokens[key == entry.defaultKey ? entry.defaultKey : key] = token
+        }
     }
 
     func clearTokens(account: String) {

@@ -107,6 +107,19 @@ struct TokenEngineTests {
         }
     }
 
+    @Test func aFinishedRefreshIsLetGo() async throws {
+        try await using(self.setUp()) { setup in
+            _ = try await self.token(setup)
+            #expect(await setup.broker.heldRefreshes(account: "work") == 0, "the account keeps its finished refresh")
+            _ = try await self.token(setup, force: true)
+            _ = try await self.token(setup, scopes: ["openid"])
+            #expect(await setup.broker.heldRefreshes(account: "work") == 0, "the account keeps its finished refreshes")
+            #expect(setup.issuer.refreshCount == 3)
+            let cached = try await self.token(setup)
+            #expect(setup.issuer.refreshCount == 3, "a cached token still needs no refresh: \(cached.expiresIn)")
+        }
+    }
+
     @Test func aHangingIssuerDoesNotStallAnotherAccount() async throws {
         let hanging = try await self.setUp()
         hanging.issuer.setTokenBehaviour(.hang)
@@ -196,6 +209,46 @@ struct TokenEngineTests {
             let claims = try await setup.broker.claims(account: "work", for: testPeer)
             #expect(claims.claims["preferred_username"]?.stringValue == "ada")
             #expect(await setup.broker.status().accounts.first?.username == "ada")
+        }
+    }
+
+    @Test func theHeapIsTrimmedOnceABurstOfRefreshesIsOver() async throws {
+        try await using(self.setUp()) { setup in
+            func trims(over count: Int) async throws -> Bool {
+                let deadline = Date().addingTimeInterval(20)
+                while setup.broker.heapTrims <= count && Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
+                return setup.broker.heapTrims > count
+            }
+            #expect(try await trims(over: 0), "no trim followed the account's addition")
+            let before = setup.broker.heapTrims
+            _ = try await self.token(setup)
+            _ = try await self.token(setup, force: true)
+            #expect(try await trims(over: before), "no trim followed the refreshes")
+            #expect(setup.issuer.refreshCount == 2)
+        }
+    }
+
+    @Test func claimsAreTheLastIDTokensAfterARefreshAndAfterAReload() async throws {
+        try await using(self.setUp(rotate: true)) { setup in
+            _ = try await self.token(setup)
+            func check(_ when: String) async throws {
+                let claims = try await setup.broker.claims(account: "work", for: testPeer).claims
+                #expect(claims["iss"]?.stringValue == setup.issuer.issuer, "\(when)")
+                #expect(claims["sub"]?.stringValue == "ada", "\(when)")
+                #expect(claims["aud"]?.stringValue == TestIssuer.clientID, "\(when)")
+                #expect(claims["email"]?.stringValue == "ada@example.org", "\(when)")
+                #expect(claims["preferred_username"]?.stringValue == "ada", "\(when)")
+                if case .number(let exp)? = claims["exp"], case .number(let iat)? = claims["iat"] {
+                    #expect(exp - iat == 100, "\(when)")
+                } else {
+                    Issue.record("exp and iat are not numbers \(when)")
+                }
+                #expect(await setup.broker.status().accounts.first?.username == "ada", "\(when)")
+            }
+            try await check("after a refresh")
+            await setup.broker.lock()
+            try await setup.broker.unlock(passphrase: nil)
+            try await check("after the secrets were read again")
         }
     }
 

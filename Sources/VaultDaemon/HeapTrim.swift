@@ -1,0 +1,47 @@
+import Glibc
+import Synchronization
+
+/// Gives the C heap's free pages back to the system a moment after a burst
+/// of refreshes or account changes. Their HTTP answers, JSON and rewritten
+/// files leave holes between the allocations that stay, which glibc keeps
+/// for reuse: at 1,000 accounts, each after one refresh, 1.2 MB of
+/// resident memory that one `malloc_trim` returns (in about 0.1 to 0.4 ms,
+/// on a background thread). Cached tokens never come here; a refresh only
+/// checks a flag, and at most one trim runs per `delay`.
+final class HeapTrim: Sendable {
+    /// glibc's `malloc_trim`, looked up at run time (its header is not
+    /// among the C modules here); 0 where there is none.
+    private static let trimAddress: UInt = {
+        guard let symbol = dlsym(nil, "malloc_trim") else { return 0 }
+        return UInt(bitPattern: symbol)
+    }()
+
+    let delay: Duration
+    private let scheduled = Mutex(false)
+    private let trims = Atomic<Int>(0)
+
+    init(delay: Duration = .seconds(1)) {
+        self.delay = delay
+    }
+
+    /// Trims done so far; for tests.
+    var count: Int { self.trims.load(ordering: .relaxed) }
+
+    /// Trims once `delay` from now, unless a trim is already due.
+    func soon() {
+        guard Self.trimAddress != 0 else { return }
+        let first = self.scheduled.withLock { scheduled -> Bool in
+            defer { scheduled = true }
+            return !scheduled
+        }
+        guard first else { return }
+        Task.detached {
+            try? await Task.sleep(for: self.delay)
+            self.scheduled.withLock { $0 = false }
+            typealias Trim = @convention(c) (Int) -> Int32
+            let trim = unsafeBitCast(UnsafeRawPointer(bitPattern: Self.trimAddress)!, to: Trim.self)
+            _ = trim(0)
+            self.trims.add(1, ordering: .relaxed)
+        }
+    }
+}
