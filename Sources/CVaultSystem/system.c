@@ -16,3 +16,7 @@ int vault_set_undumpable(void) {
 int vault_limit_malloc_arenas(int arenas) {
     return mallopt(M_ARENA_MAX, arenas);
 }
+
+int vault_trim_heap(void) {
+    return malloc_trim(0);
+}

@@ -1,4 +1,4 @@
-import Glibc
+import CVaultSystem
 import Synchronization
 
 /// Gives the C heap's free pages back to the system a moment after a burst
@@ -9,13 +9,6 @@ import Synchronization
 /// on a background thread). Cached tokens never come here; a refresh only
 /// checks a flag, and at most one trim runs per `delay`.
 final class HeapTrim: Sendable {
-    /// glibc's `malloc_trim`, looked up at run time (its header is not
-    /// among the C modules here); 0 where there is none.
-    private static let trimAddress: UInt = {
-        guard let symbol = dlsym(nil, "malloc_trim") else { return 0 }
-        return UInt(bitPattern: symbol)
-    }()
-
     let delay: Duration
     private let scheduled = Mutex(false)
     private let trims = Atomic<Int>(0)
@@ -29,7 +22,6 @@ final class HeapTrim: Sendable {
 
     /// Trims once `delay` from now, unless a trim is already due.
     func soon() {
-        guard Self.trimAddress != 0 else { return }
         let first = self.scheduled.withLock { scheduled -> Bool in
             defer { scheduled = true }
             return !scheduled
@@ -38,9 +30,7 @@ final class HeapTrim: Sendable {
         Task.detached {
             try? await Task.sleep(for: self.delay)
             self.scheduled.withLock { $0 = false }
-            typealias Trim = @convention(c) (Int) -> Int32
-            let trim = unsafeBitCast(UnsafeRawPointer(bitPattern: Self.trimAddress)!, to: Trim.self)
-            _ = trim(0)
+            _ = vault_trim_heap()
             self.trims.add(1, ordering: .relaxed)
         }
     }

@@ -22,4 +22,8 @@ int vault_set_undumpable(void);
 /// Caps glibc's malloc arenas (mallopt M_ARENA_MAX); returns 1 on success.
 int vault_limit_malloc_arenas(int arenas);
 
+/// Returns the free pages of glibc's heap to the system (malloc_trim(0));
+/// returns 1 when some were released.
+int vault_trim_heap(void);
+
 #endif
