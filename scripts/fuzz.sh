@@ -6,7 +6,8 @@
 # sealed vault file (Fuzz/FuzzVaultFile.swift: the file
 # parser and the record codec) and what issuers send (Fuzz/FuzzIssuer.swift:
 # token, native-auth, device, discovery and JWKS answers, Retry-After and
-# Cache-Control, numbers bounded). Not part of scripts/test.sh.
+# Cache-Control, numbers bounded). scripts/test.sh runs request-decode for
+# 30 s; the others only run here.
 #
 #   scripts/fuzz.sh SECONDS              build, then run each harness SECONDS
 #   scripts/fuzz.sh SECONDS request      ... only the named harness(es)
