@@ -110,6 +110,23 @@ struct NativeSignInTests {
         }
     }
 
+    /// A new code lives its own lifetime: the flow's timer moves with it,
+    /// or the flow would end at the first code's deadline while its reply
+    /// promised the second's.
+    @Test func aResentCodeMovesTheFlowsDeadline() async throws {
+        try await using(self.setUp()) { setup in
+            let started = try await self.start(setup)
+            let flow = try #require(started["flow"] as? String)
+            let first = try #require(await setup.vault.dispatcher.signIns.expiryDeadline(of: flow))
+            setup.clock.advance(by: 500)
+            let resent = try #require(await setup.client.call(#"{"id":"r","op":"signin.resend_code","flow":"\#(flow)"}"#))
+            let promised = try #require(resent["expires_in"] as? Int)
+            let timer = try #require(await setup.vault.dispatcher.signIns.expiryDeadline(of: flow))
+            #expect(timer == first + 500, "the timer ends the flow a full lifetime after the new code")
+            #expect(Int((timer - setup.clock.now()).rounded(.down)) == promised, "and when the reply said it would")
+        }
+    }
+
     @Test func anExpiredFlowAnswersCodeExpiredAndCanBeRestarted() async throws {
         try await using(self.setUp()) { setup in
             let flow = try #require(try await self.start(setup)["flow"] as? String)

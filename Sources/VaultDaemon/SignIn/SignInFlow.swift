@@ -21,7 +21,9 @@ extension SignIns {
         /// How browser and device flows ended, for `signin.wait`.
         var outcome: Result<SignInResult, VaultError>?
         var waiters: [Int: Waiter] = [:]
+        /// The timer that ends the flow, and the deadline it was set for.
         var expiry: Task<Void, Never>?
+        var expiryDeadline: Double?
     }
 
     enum Step {

@@ -175,12 +175,20 @@ public actor SignIns {
         Self.answer(waiters)
     }
 
-    /// The flow's step changes in place, without a new deadline;
-    /// `expiresAt`, when given, moves the deadline callers are told of.
+    /// The flow's step changes in place; `expiresAt`, when given, moves its
+    /// deadline: the one callers are told of, and the timer that ends it.
     func update(_ id: String, to step: Step, expiresAt: Double? = nil) {
         guard self.flows[id] != nil else { return }
         self.flows[id]?.step = step
-        if let expiresAt { self.flows[id]?.expiresAt = expiresAt }
+        if let expiresAt {
+            self.flows[id]?.expiresAt = expiresAt
+            self.schedule(id, at: expiresAt)
+        }
+    }
+
+    /// When the flow's timer will end it, by the vault's clock; for tests.
+    public func expiryDeadline(of id: String) -> Double? {
+        self.flows[id]?.expiryDeadline
     }
 
     /// Marks the flow busy with a request to the issuer, checked and set in
@@ -299,6 +307,7 @@ public actor SignIns {
     /// Ends the flow at `deadline` unless something ends it first.
     private func schedule(_ id: String, at deadline: Double) {
         self.flows[id]?.expiry?.cancel()
+        self.flows[id]?.expiryDeadline = deadline
         let delay = max(0, deadline - self.clock.now())
         self.flows[id]?.expiry = Task {
             do {
