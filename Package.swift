@@ -9,6 +9,22 @@ let strict: [SwiftSetting] = [
     .enableUpcomingFeature("InternalImportsByDefault"),
 ]
 
+/// The code a program runs, laid out together (lld): the functions named in
+/// link/PROGRAM.order first, in that order, then every function without a
+/// name, then the rest. The kernel maps code 64 KiB around each page touched,
+/// so code spread over a 23 MB binary costs more memory and page faults than
+/// the 2 MB of it that runs. scripts/order-files.sh writes the lists;
+/// scripts/release.sh builds every function in a section of its own, which
+/// this needs to move functions one by one.
+func layout(of program: String) -> [String] {
+    [
+        "-use-ld=lld",
+        "-Xlinker", "--symbol-ordering-file=\(Context.packageDirectory)/link/\(program).order",
+        "-Xlinker", "--no-warn-symbol-ordering",
+        "-Xlinker", "-T", "-Xlinker", "\(Context.packageDirectory)/link/unnamed.ld",
+    ]
+}
+
 let package = Package(
     name: "tokenvault",
     platforms: [.macOS(.v15)],
@@ -119,18 +135,19 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
-            exclude: ["vaultd.map"],
             swiftSettings: strict,
             // Memory a per-user daemon keeps resident for as long as the
             // session lasts: lld packs the 95,000 relative relocations of a
             // position-independent vaultd into 20 KB (DT_RELR, glibc 2.36),
-            // where they took 2.2 MB, and vaultd.map keeps its symbols out of
-            // the dynamic symbol table.
+            // where they took 2.2 MB, and link/vaultd.map keeps its symbols
+            // out of the dynamic symbol table.
             linkerSettings: [
-                .unsafeFlags([
-                    "-use-ld=lld", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs",
-                    "-Xlinker", "--version-script=\(Context.packageDirectory)/Sources/vaultd/vaultd.map",
-                ])
+                .unsafeFlags(
+                    layout(of: "vaultd") + [
+                        "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs",
+                        "-Xlinker", "--version-script=\(Context.packageDirectory)/link/vaultd.map",
+                    ]
+                )
             ]
         ),
         .executableTarget(
@@ -148,6 +165,7 @@ let package = Package(
             // and libstdc++. vaultctl needs no NSS lookups, which static glibc
             // would have to dlopen.
             linkerSettings: [
+                .unsafeFlags(layout(of: "vaultctl")),
                 .unsafeFlags(["-static-executable"], .when(configuration: .release)),
                 // Named by a build with --static-swift-stdlib, not by one without.
                 .linkedLibrary("_FoundationCShims", .when(configuration: .release)),

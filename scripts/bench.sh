@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the release products vaultbench runs (vaultd, vaultctl, vaultbench
-# only) and run it: vaultd beside oidc-agent on one Glewlwyd, the C echo
+# only, as scripts/release.sh builds them) and run it: vaultd beside oidc-agent on one Glewlwyd, the C echo
 # floor, vaultd alone, scaling with accounts, start-up. Prints the tables of
 # BENCHMARKS.md.
 #
@@ -13,11 +13,9 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-flags=(-c release --static-swift-stdlib)
-[ -n "${SCRATCH:-}" ] && flags+=(--scratch-path "$SCRATCH")
-if [ "${1:-}" != "--no-build" ]; then
-    for product in vaultd vaultctl vaultbench; do
-        swift build "${flags[@]}" --product "$product" >&2
-    done
+if [ "${1:-}" = "--no-build" ]; then
+    bin="$(scripts/release.sh --bin-path)"
+else
+    bin="$(scripts/release.sh vaultd vaultctl vaultbench)"
 fi
-exec "$(swift build "${flags[@]}" --show-bin-path)/vaultbench"
+exec "$bin/vaultbench"

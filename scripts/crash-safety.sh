@@ -63,11 +63,8 @@ fail() { say "error: $*"; exit 1; }
 if [ -n "${CRASH_BIN:-}" ]; then
     BIN="$CRASH_BIN"
 else
-    flags=(-c release --static-swift-stdlib)
     say "building vaultd and vaultctl ($BUILD)"
-    (cd "$ROOT" && swift build "${flags[@]}" --product vaultd >&2 \
-        && swift build "${flags[@]}" --product vaultctl >&2) || fail "the build failed"
-    BIN="$ROOT/.build/$BUILD"
+    BIN="$("$ROOT/scripts/release.sh")" || fail "the build failed"
 fi
 [ -x "$BIN/vaultd" ] && [ -x "$BIN/vaultctl" ] || fail "no vaultd and vaultctl in $BIN"
 

@@ -19,9 +19,7 @@ fi
 manual=""
 if [ -z "$from" ]; then
     scripts/install-deps.sh
-    swift build -c release --static-swift-stdlib --product vaultd
-    swift build -c release --static-swift-stdlib --product vaultctl
-    from="$(swift build -c release --static-swift-stdlib --show-bin-path)"
+    from="$(scripts/release.sh)"
     swift package plugin --allow-writing-to-package-directory generate-manual >/dev/null
     manual=".build/plugins/GenerateManual/outputs"
 fi

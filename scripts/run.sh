@@ -20,8 +20,6 @@ fi
 export XDG_RUNTIME_DIR
 
 scripts/install-deps.sh
-# A static Swift runtime halves vaultctl's start-up; it runs in every script.
-swift build -c release --static-swift-stdlib --product vaultd
-swift build -c release --static-swift-stdlib --product vaultctl
-echo "vaultd: socket at ${TOKENVAULT_SOCKET:-$XDG_RUNTIME_DIR/tokenvault/vaultd.sock}; try: $(swift build -c release --static-swift-stdlib --show-bin-path)/vaultctl status" >&2
-exec "$(swift build -c release --static-swift-stdlib --show-bin-path)/vaultd" "$@"
+bin="$(scripts/release.sh)"
+echo "vaultd: socket at ${TOKENVAULT_SOCKET:-$XDG_RUNTIME_DIR/tokenvault/vaultd.sock}; try: $bin/vaultctl status" >&2
+exec "$bin/vaultd" "$@"

@@ -24,9 +24,7 @@ if [ -n "${SOAK_BIN:-}" ]; then
     BIN="$SOAK_BIN"
 else
     echo "soak: building vaultd (release)" >&2
-    (cd "$ROOT" && swift build -c release --static-swift-stdlib --product vaultd >&2) \
-        || { echo "soak: the build failed" >&2; exit 2; }
-    BIN="$ROOT/.build/release"
+    BIN="$("$ROOT/scripts/release.sh" vaultd)" || { echo "soak: the build failed" >&2; exit 2; }
 fi
 [ -x "$BIN/vaultd" ] || { echo "soak: no vaultd in $BIN" >&2; exit 2; }
 

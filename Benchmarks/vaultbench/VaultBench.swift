@@ -1,8 +1,7 @@
 // vaultbench: measures vaultd beside its peer, oidc-agent, in one run, with
 // one C load client (Benchmarks/load/vbload.c, compiled at run time) and a C
 // echo server as the floor. Build the products it runs, then run it:
-//   swift build -c release --static-swift-stdlib --product vaultd   (and vaultctl, vaultbench)
-//   "$(swift build -c release --static-swift-stdlib --show-bin-path)/vaultbench"
+//   "$(scripts/release.sh vaultd vaultctl vaultbench)/vaultbench"   (or scripts/bench.sh)
 // Side by side (needs glewlwyd, and oidc-agent-cli for the peer's column):
 // both serve cached tokens from the same Glewlwyd (Tests/Support/glewlwyd).
 // Then vaultd alone against the project's in-process test issuer: hostile
@@ -18,7 +17,7 @@ struct VaultBench {
     static func main() async throws {
         let bin = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent().path
         for tool in ["vaultd", "vaultctl"] where !FileManager.default.isExecutableFile(atPath: bin + "/" + tool) {
-            throw BenchError("\(bin)/\(tool) is missing; build first: swift build -c release --static-swift-stdlib --product \(tool)")
+            throw BenchError("\(bin)/\(tool) is missing; build first: scripts/release.sh vaultd vaultctl vaultbench")
         }
         let folder = "/tmp/vb-\(getpid())"
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
