@@ -1,14 +1,16 @@
 public import ArgumentParser
 import CVaultSystem
+import Dispatch
 import Glibc
 public import Logging
 import NIOCore
+import Synchronization
 public import VaultDaemon
 import VaultProtocol
 import VaultStore
 
 @main
-struct VaultD: AsyncParsableCommand {
+struct VaultD: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "vaultd",
         abstract: "The tokenvault daemon: keeps OAuth refresh tokens sealed and serves access tokens on a Unix socket.",
@@ -33,7 +35,7 @@ struct VaultD: AsyncParsableCommand {
     @Option(help: "When started by socket activation, exit after this many seconds with no connection (0: never).")
     var exitIdleAfter: Int = 0
 
-    func run() async throws {
+    func run() throws {
         Self.sizeForOneUser()
         let level = self.logLevel
         LoggingSystem.bootstrap { JournalLogHandler(label: $0, level: level) }
@@ -49,7 +51,7 @@ struct VaultD: AsyncParsableCommand {
                 keyFile: self.keyFile,
                 exitIdleAfter: self.exitIdleAfter
             )
-            try await Daemon(configuration, logger: logger).runService()
+            try Self.waitingHere { try await Daemon(configuration, logger: logger).runService() }
         } catch let error as VaultError {
             logger.error("\(error.message)")
             throw ExitCode(70)
@@ -71,6 +73,26 @@ struct VaultD: AsyncParsableCommand {
         NIOSingletons.groupLoopCountSuggestion = min(System.coreCount, 2)
         NIOSingletons.blockingPoolThreadCountSuggestion = 4
         _ = vault_limit_malloc_arenas(2)
+    }
+
+    /// Runs `work` on Swift's executor and waits on this thread until it
+    /// ends. An async `main` would give the main thread to dispatch_main(),
+    /// which ends it with pthread_exit(): glibc unwinds the thread's stack,
+    /// reading vaultd's unwind tables, 0.9 MB that then stayed resident for
+    /// the daemon's whole life.
+    private static func waitingHere(_ work: @escaping @Sendable () async throws -> Void) throws {
+        let ended = DispatchSemaphore(value: 0)
+        let outcome = Mutex<Result<Void, any Error>>(.success(()))
+        Task {
+            do {
+                try await work()
+            } catch {
+                outcome.withLock { $0 = .failure(error) }
+            }
+            ended.signal()
+        }
+        ended.wait()
+        try outcome.withLock { $0 }.get()
     }
 
     /// One descriptor per connection: lift the soft limit to the hard one.
