@@ -6,9 +6,11 @@ import Synchronization
 /// of RAM and four memory mappings on every token (Linux refuses new mappings
 /// past `vm.max_map_count`, 65,530 by default).
 ///
-/// A region is one `sodium_malloc` of `regionBytes`: guard pages at both
-/// ends, `mlock` where `RLIMIT_MEMLOCK` allows, left out of core dumps. It is
-/// cut into slots of one size class (a power of two from 32 to 8,192 bytes).
+/// A region is one `sodium_malloc`: guard pages at both ends, `mlock` where
+/// `RLIMIT_MEMLOCK` allows, left out of core dumps. It is cut into slots of
+/// one size class (a power of two from 32 to 8,192 bytes). A class's first
+/// region is 16 KiB and each next one twice its last, up to 128 KiB: a vault
+/// of a few accounts locks a few pages per class in use, not 128 KiB.
 /// A slot holds the secret's `count` bytes, then a 16-byte canary, then zeros.
 /// Freeing checks the canary, stopping the process if an overrun changed it,
 /// and zeroes the whole slot before it goes back on its class's free list.
@@ -26,6 +28,8 @@ final class SecretArena: Sendable {
     static let largestSlot = 8192
     /// The largest secret the arena holds; longer ones get their own `sodium_malloc`.
     static let largestCount = largestSlot - canaryBytes
+    /// The first region of each size class.
+    static let firstRegionBytes = 16 * 1024
     /// Four mappings per 128 KiB of secrets, and under 1.2 MiB locked when
     /// every size class is in use: well inside the usual 8 MiB `RLIMIT_MEMLOCK`.
     static let regionBytes = 128 * 1024
@@ -34,7 +38,9 @@ final class SecretArena: Sendable {
         /// Addresses of the free slots of each size class, smallest class
         /// first. Addresses, not pointers, so that they may cross the lock.
         var free: [[UInt]]
-        var regions: [UnsafeMutableRawPointer] = []
+        /// The size of each class's last region, 0 before its first.
+        var lastRegionBytes: [Int]
+        var regions: [(start: UnsafeMutableRawPointer, bytes: Int)] = []
     }
 
     private let state: Mutex<State>
@@ -43,7 +49,7 @@ final class SecretArena: Sendable {
 
     init() {
         let classes = Self.classIndex(forSlot: Self.largestSlot) + 1
-        self.state = Mutex(State(free: Array(repeating: [], count: classes)))
+        self.state = Mutex(State(free: Array(repeating: [], count: classes), lastRegionBytes: Array(repeating: 0, count: classes)))
         var canary = [UInt8](repeating: 0, count: Self.canaryBytes)
         _ = try? Sodium.ensureInitialized()
         randombytes_buf(&canary, canary.count)
@@ -52,7 +58,7 @@ final class SecretArena: Sendable {
 
     deinit {
         self.state.withLock { state in
-            for region in state.regions { sodium_free(region) }
+            for region in state.regions { sodium_free(region.start) }
         }
     }
 
@@ -76,15 +82,18 @@ final class SecretArena: Sendable {
         let index = Self.classIndex(forSlot: slotBytes)
         let address = try self.state.withLock { state throws(SodiumError) -> UInt in
             if state.free[index].isEmpty {
-                guard let region = sodium_malloc(Self.regionBytes) else {
+                let last = state.lastRegionBytes[index]
+                let bytes = last == 0 ? Self.firstRegionBytes : min(2 * last, Self.regionBytes)
+                guard let region = sodium_malloc(bytes) else {
                     throw SodiumError(operation: "sodium_malloc")
                 }
                 // sodium_malloc fills new memory with a non-zero pattern.
-                sodium_memzero(region, Self.regionBytes)
-                state.regions.append(region)
+                sodium_memzero(region, bytes)
+                state.regions.append((region, bytes))
+                state.lastRegionBytes[index] = bytes
                 // Reversed so that slots are handed out in address order.
                 let start = UInt(bitPattern: region)
-                state.free[index] = stride(from: Self.regionBytes - slotBytes, through: 0, by: -slotBytes)
+                state.free[index] = stride(from: bytes - slotBytes, through: 0, by: -slotBytes)
                     .map { start + UInt($0) }
             }
             return state.free[index].removeLast()
@@ -112,4 +121,7 @@ final class SecretArena: Sendable {
 
     /// How many regions the arena has mapped.
     var regionCount: Int { self.state.withLock { $0.regions.count } }
+
+    /// The bytes of secrets its regions hold, in all.
+    var regionBytesInAll: Int { self.state.withLock { $0.regions.reduce(0) { $0 + $1.bytes } } }
 }

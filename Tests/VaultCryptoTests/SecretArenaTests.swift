@@ -101,6 +101,20 @@ private func holds(_ secret: SecretBytes, _ id: Int, count: Int) -> Bool {
         }
     }
 
+    @Test func aFewSecretsLockAFewPagesAndRegionsGrowWithUse() throws {
+        let arena = SecretArena()
+        // One token and one key: two classes, a 16 KiB region each.
+        let token = try #require(try arena.allocate(count: 900))
+        let key = try #require(try arena.allocate(count: 32))
+        #expect(arena.regionBytesInAll == 2 * SecretArena.firstRegionBytes)
+        // 2,000 more keys (64-byte slots): regions of 16, 32, 64, then 128 KiB.
+        let keys = try (0..<2_000).map { _ in try #require(try arena.allocate(count: 32)) }
+        #expect(arena.regionBytesInAll == SecretArena.firstRegionBytes + (16 + 32 + 64 + 128) * 1024)
+        for slot in keys { arena.free(slot, count: 32) }
+        arena.free(key, count: 32)
+        arena.free(token, count: 900)
+    }
+
     @Test func roundTripsEverySizeClassBoundary() throws {
         var counts: Set = [0, 1, SecretArena.largestCount, SecretArena.largestCount + 1, 3 * SecretArena.largestSlot]
         var slot = SecretArena.smallestSlot
