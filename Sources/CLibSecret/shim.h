@@ -16,6 +16,13 @@
  * TV_CHECK_SYSTEM_HEADERS (the prototypes must agree), and the layouts and
  * constants must come out the same with either. */
 
+#if defined(__clang__)
+/* One _Nonnull below (the table's pointers) would otherwise ask for a
+ * nullability on every pointer of the file. */
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Wnullability-completeness"
+#endif
+
 #include <dlfcn.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -305,3 +312,7 @@ static inline gboolean tv_error_is_locked(const TVLibSecret *lib, const GError *
 static inline char *tv_proxy_name_owner(const TVLibSecret *lib, gpointer proxy) {
     return lib->g_dbus_proxy_get_name_owner((GDBusProxy *)proxy);
 }
+
+#if defined(__clang__)
+#pragma clang diagnostic pop
+#endif
