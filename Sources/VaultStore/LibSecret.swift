@@ -7,8 +7,8 @@ import Synchronization
 /// Service (as Chromium's LibsecretLoader does). vaultd links none of them:
 /// a daemon whose secrets are in the sealed file maps no libsecret, gio,
 /// gobject, glib or what they need (libgcrypt, libmount, libselinux, ...),
-/// runs none of their constructors and has no GLib worker thread; about
-/// 2.5 MB of an idle daemon's resident memory.
+/// runs none of their constructors and has no GLib worker thread: 3.1 to
+/// 3.8 MB less resident memory for an idle release build, one thread less.
 ///
 /// `lib.g_object_unref(x)` calls the function looked up under that name
 /// (shim.h lists them, with their C types).
