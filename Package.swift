@@ -47,11 +47,9 @@ let package = Package(
             pkgConfig: "libsodium",
             providers: [.apt(["libsodium-dev"])]
         ),
-        .systemLibrary(
-            name: "CLibSecret",
-            pkgConfig: "libsecret-1",
-            providers: [.apt(["libsecret-1-dev"])]
-        ),
+        // No pkg-config: SwiftPM would link its libraries into vaultd, which
+        // loads libsecret only when the keyring backend is used (shim.h).
+        .systemLibrary(name: "CLibSecret"),
         .target(name: "CVaultSystem"),
         .target(
             name: "VaultCrypto",

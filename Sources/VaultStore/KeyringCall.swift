@@ -1,5 +1,6 @@
 import CLibSecret
 import Dispatch
+import Glibc
 import Synchronization
 
 // The Secret Service calls behind KeyringStore: one libsecret conversation
@@ -13,6 +14,7 @@ import Synchronization
 /// with it, not queued forever on the global default context, which no one
 /// runs in this process.
 final class KeyringCall {
+    let lib: LibSecret
     let service: UnsafeMutablePointer<SecretService>
     let cancellable: UnsafeMutablePointer<GCancellable>
     let timeoutError: StoreError
@@ -20,10 +22,12 @@ final class KeyringCall {
     var observedLocked: Bool?
 
     private init(
+        lib: LibSecret,
         service: UnsafeMutablePointer<SecretService>,
         cancellable: UnsafeMutablePointer<GCancellable>,
         timeoutError: StoreError
     ) {
+        self.lib = lib
         self.service = service
         self.cancellable = cancellable
         self.timeoutError = timeoutError
@@ -36,22 +40,34 @@ final class KeyringCall {
 
     /// Runs `body` within `timeout`. A call that fails on a kept service
     /// (the keyring may have restarted and forgotten its session) is tried
-    /// once more on a new one, within the same deadline.
+    /// once more on a new one, within the same deadline. The first call
+    /// loads libsecret, unless there is no session bus to find a Secret
+    /// Service on.
     static func run<T>(
         services: ServiceCache,
         timeout: Duration,
         timeoutError: StoreError,
         _ body: (KeyringCall) throws(StoreError) -> T
     ) -> (Result<T, StoreError>, Bool?) {
-        let context = g_main_context_new()
-        g_main_context_push_thread_default(context)
+        let lib: LibSecret
+        do {
+            if !LibSecret.isLoaded, let absence = SessionBus.absence() {
+                // What GLib would answer: loading it would not help.
+                return (.failure(StoreError(.unavailable, "the Secret Service could not be reached: \(absence)\(KeyringStore.advice)")), nil)
+            }
+            lib = try LibSecret.shared()
+        } catch {
+            return (.failure(error), nil)
+        }
+        let context = lib.g_main_context_new()
+        lib.g_main_context_push_thread_default(context)
         defer {
             // Runs what freeing the proxies queued (their subscriptions' clean-up).
-            while g_main_context_iteration(context, 0) != 0 {}
-            g_main_context_pop_thread_default(context)
-            g_main_context_unref(context)
+            while lib.g_main_context_iteration(context, 0) != 0 {}
+            lib.g_main_context_pop_thread_default(context)
+            lib.g_main_context_unref(context)
         }
-        let timer = CancelTimer()
+        let timer = CancelTimer(lib)
         let work = DispatchWorkItem { [timer] in timer.cancel() }
         DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(timeout.nanoseconds), execute: work)
         defer { work.cancel() }
@@ -60,17 +76,17 @@ final class KeyringCall {
             let service: CachedService
             let fresh: Bool
             do {
-                try SessionBus.connect(timer.cancellable, timeoutError: timeoutError)
-                (service, fresh) = try services.service(timer.cancellable, timeoutError: timeoutError)
+                try SessionBus.connect(lib, timer.cancellable, timeoutError: timeoutError)
+                (service, fresh) = try services.service(lib, timer.cancellable, timeoutError: timeoutError)
             } catch {
                 return (.failure(error), nil)
             }
-            let call = KeyringCall(service: service.service, cancellable: timer.cancellable, timeoutError: timeoutError)
+            let call = KeyringCall(lib: lib, service: service.service, cancellable: timer.cancellable, timeoutError: timeoutError)
             do {
                 let value = try body(call)
                 return (.success(value), call.observedLocked)
             } catch {
-                let timedOut = g_cancellable_is_cancelled(timer.cancellable) != 0
+                let timedOut = lib.g_cancellable_is_cancelled(timer.cancellable) != 0
                 if error.kind == .unavailable && !fresh && !timedOut {
                     services.discard(service)
                     continue
@@ -84,11 +100,11 @@ final class KeyringCall {
     /// The collection behind the `default` alias, or nil when there is none.
     func defaultCollection() throws(StoreError) -> UnsafeMutablePointer<SecretCollection>? {
         var error: UnsafeMutablePointer<GError>?
-        let collection = secret_collection_for_alias_sync(
+        let collection = self.lib.secret_collection_for_alias_sync(
             self.service, "default", SECRET_COLLECTION_NONE, self.cancellable, &error
         )
         if let error {
-            if let collection { g_object_unref(collection) }
+            if let collection { self.lib.g_object_unref(collection) }
             throw self.failure(error, "find the default keyring")
         }
         return collection
@@ -96,7 +112,7 @@ final class KeyringCall {
 
     /// A locked collection answers searches as if it were empty: ask first.
     func requireUnlocked(_ collection: UnsafeMutablePointer<SecretCollection>) throws(StoreError) {
-        let locked = secret_collection_get_locked(collection) != 0
+        let locked = self.lib.secret_collection_get_locked(collection) != 0
         self.observedLocked = locked
         if locked { throw self.locked() }
     }
@@ -109,16 +125,16 @@ final class KeyringCall {
         )
     }
 
-    /// The account's items in `collection`; free with `tv_object_list_free`.
+    /// The account's items in `collection`; free with `freeList`.
     func items(
         in collection: UnsafeMutablePointer<SecretCollection>,
         account: String,
         loadSecrets: Bool
     ) throws(StoreError) -> UnsafeMutablePointer<GList>? {
-        let attributes = tv_account_attributes(KeyringStore.application, account)
-        defer { g_hash_table_unref(attributes) }
+        let attributes = self.attributes(account)
+        defer { self.lib.g_hash_table_unref(attributes) }
         var error: UnsafeMutablePointer<GError>?
-        let list = secret_collection_search_sync(
+        let list = self.lib.secret_collection_search_sync(
             collection,
             tv_account_schema(),
             attributes,
@@ -127,15 +143,30 @@ final class KeyringCall {
             &error
         )
         if let error {
-            tv_object_list_free(list)
+            self.freeList(list)
             throw self.failure(error, "search the keyring for '\(account)'")
         }
         return list
     }
 
+    /// The attributes of the account's item; free with g_hash_table_unref.
+    func attributes(_ account: String) -> OpaquePointer? {
+        tv_account_attributes(self.lib.table, KeyringStore.application, account)
+    }
+
+    /// Frees a list of objects libsecret returned, and the objects.
+    func freeList(_ list: UnsafeMutablePointer<GList>?) {
+        tv_object_list_free(self.lib.table, list)
+    }
+
+    /// The D-Bus object path of an item (a proxy).
+    func objectPath(_ item: UnsafeMutablePointer<SecretItem>) -> String {
+        String(cString: tv_object_path(self.lib.table, item))
+    }
+
     func delete(_ item: UnsafeMutablePointer<SecretItem>, account: String) throws(StoreError) {
         var error: UnsafeMutablePointer<GError>?
-        _ = secret_item_delete_sync(item, self.cancellable, &error)
+        _ = self.lib.secret_item_delete_sync(item, self.cancellable, &error)
         if let error { throw self.failure(error, "delete the keyring item of '\(account)'") }
     }
 
@@ -150,24 +181,25 @@ final class KeyringCall {
     }
 
     func failure(_ error: UnsafeMutablePointer<GError>, _ doing: String) -> StoreError {
-        if tv_error_is_locked(error) != 0 {
-            g_error_free(error)
+        if tv_error_is_locked(self.lib.table, error) != 0 {
+            self.lib.g_error_free(error)
             return self.locked()
         }
-        return Self.failure(error, doing, cancellable: self.cancellable, timeoutError: self.timeoutError)
+        return Self.failure(self.lib, error, doing, cancellable: self.cancellable, timeoutError: self.timeoutError)
     }
 
     /// A StoreError for a GError, which it frees. GError messages name D-Bus
     /// objects and errors, never secrets.
     static func failure(
+        _ lib: LibSecret,
         _ error: UnsafeMutablePointer<GError>,
         _ doing: String,
         cancellable: UnsafeMutablePointer<GCancellable>,
         timeoutError: StoreError
     ) -> StoreError {
-        defer { g_error_free(error) }
+        defer { lib.g_error_free(error) }
         // Only the timer cancels.
-        if g_cancellable_is_cancelled(cancellable) != 0 { return timeoutError }
+        if lib.g_cancellable_is_cancelled(cancellable) != 0 { return timeoutError }
         let message = error.pointee.message.map { String(cString: $0) } ?? "unknown error"
         return StoreError(
             .unavailable,
@@ -187,6 +219,7 @@ final class ServiceCache: Sendable {
     init() {}
 
     func service(
+        _ lib: LibSecret,
         _ cancellable: UnsafeMutablePointer<GCancellable>,
         timeoutError: StoreError
     ) throws(StoreError) -> (CachedService, fresh: Bool) {
@@ -194,7 +227,7 @@ final class ServiceCache: Sendable {
             if kept.isCurrent { return (kept, false) }
             self.discard(kept)
         }
-        let opened = try CachedService.open(cancellable, timeoutError: timeoutError)
+        let opened = try CachedService.open(lib, cancellable, timeoutError: timeoutError)
         let replaced = self.held.withLock { (held) -> CachedService? in
             let previous = held
             held = opened
@@ -218,62 +251,65 @@ final class ServiceCache: Sendable {
 /// threads; the context is only iterated by the thread that acquires it.
 final class CachedService: @unchecked Sendable {
     let service: UnsafeMutablePointer<SecretService>
+    private let lib: LibSecret
     private let context: OpaquePointer
     private let owner: String
 
-    private init(service: UnsafeMutablePointer<SecretService>, context: OpaquePointer, owner: String) {
+    private init(lib: LibSecret, service: UnsafeMutablePointer<SecretService>, context: OpaquePointer, owner: String) {
+        self.lib = lib
         self.service = service
         self.context = context
         self.owner = owner
     }
 
     deinit {
-        g_object_unref(self.service)
-        Self.drain(self.context)
-        g_main_context_unref(self.context)
+        self.lib.g_object_unref(self.service)
+        Self.drain(self.lib, self.context)
+        self.lib.g_main_context_unref(self.context)
     }
 
     static func open(
+        _ lib: LibSecret,
         _ cancellable: UnsafeMutablePointer<GCancellable>,
         timeoutError: StoreError
     ) throws(StoreError) -> CachedService {
-        let context = g_main_context_new()!
-        g_main_context_push_thread_default(context)
+        let context = lib.g_main_context_new()!
+        lib.g_main_context_push_thread_default(context)
         var error: UnsafeMutablePointer<GError>?
-        let service = secret_service_open_sync(
-            secret_service_get_type(),
+        let service = lib.secret_service_open_sync(
+            lib.secret_service_get_type(),
             nil,  // libsecret 0.20.5 ignores a name here; it reads $SECRET_SERVICE_BUS_NAME
             SECRET_SERVICE_NONE,  // the transfer session opens with the first secret, then stays
             cancellable,
             &error
         )
-        g_main_context_pop_thread_default(context)
+        lib.g_main_context_pop_thread_default(context)
         guard let service, error == nil else {
-            if let service { g_object_unref(service) }
-            Self.drain(context)
-            g_main_context_unref(context)
+            if let service { lib.g_object_unref(service) }
+            Self.drain(lib, context)
+            lib.g_main_context_unref(context)
             guard let error else { throw StoreError(.unavailable, "the Secret Service could not be reached") }
-            throw KeyringCall.failure(error, "be reached", cancellable: cancellable, timeoutError: timeoutError)
+            throw KeyringCall.failure(lib, error, "be reached", cancellable: cancellable, timeoutError: timeoutError)
         }
-        let owner = tv_proxy_name_owner(service)
-        defer { g_free(owner) }
-        return CachedService(service: service, context: context, owner: owner.map { String(cString: $0) } ?? "")
+        let owner = tv_proxy_name_owner(lib.table, service)
+        defer { lib.g_free(owner) }
+        return CachedService(lib: lib, service: service, context: context, owner: owner.map { String(cString: $0) } ?? "")
     }
 
     /// Whether the same process still owns the Secret Service's name, after
     /// running what the bus told the proxy meanwhile.
     var isCurrent: Bool {
-        Self.drain(self.context)
-        guard let owner = tv_proxy_name_owner(self.service) else { return false }
-        defer { g_free(owner) }
+        Self.drain(self.lib, self.context)
+        guard let owner = tv_proxy_name_owner(self.lib.table, self.service) else { return false }
+        defer { self.lib.g_free(owner) }
         return !self.owner.isEmpty && String(cString: owner) == self.owner
     }
 
     /// Runs what is pending on the context, unless another thread is at it.
-    private static func drain(_ context: OpaquePointer) {
-        guard g_main_context_acquire(context) != 0 else { return }
-        while g_main_context_iteration(context, 0) != 0 {}
-        g_main_context_release(context)
+    private static func drain(_ lib: LibSecret, _ context: OpaquePointer) {
+        guard lib.g_main_context_acquire(context) != 0 else { return }
+        while lib.g_main_context_iteration(context, 0) != 0 {}
+        lib.g_main_context_release(context)
     }
 }
 
@@ -282,12 +318,16 @@ final class CachedService: @unchecked Sendable {
 final class CancelTimer: @unchecked Sendable {
     // g_cancellable_cancel is thread-safe; the pointer itself never changes.
     let cancellable: UnsafeMutablePointer<GCancellable>
+    private let lib: LibSecret
 
-    init() { self.cancellable = g_cancellable_new() }
+    init(_ lib: LibSecret) {
+        self.lib = lib
+        self.cancellable = lib.g_cancellable_new()!
+    }
 
-    deinit { g_object_unref(self.cancellable) }
+    deinit { self.lib.g_object_unref(self.cancellable) }
 
-    func cancel() { g_cancellable_cancel(self.cancellable) }
+    func cancel() { self.lib.g_cancellable_cancel(self.cancellable) }
 }
 
 /// The process's session bus connection, held for the life of the process.
@@ -300,18 +340,22 @@ enum SessionBus {
     /// pointer is not Sendable, and only this file's code turns it back.
     private static let held = Mutex<Int>(0)
 
-    static func connect(_ cancellable: UnsafeMutablePointer<GCancellable>, timeoutError: StoreError) throws(StoreError) {
+    static func connect(
+        _ lib: LibSecret,
+        _ cancellable: UnsafeMutablePointer<GCancellable>,
+        timeoutError: StoreError
+    ) throws(StoreError) {
         for _ in 0..<2 {
             var error: UnsafeMutablePointer<GError>?
-            let connection = g_bus_get_sync(G_BUS_TYPE_SESSION, cancellable, &error)
+            let connection = lib.g_bus_get_sync(G_BUS_TYPE_SESSION, cancellable, &error)
             if let error {
-                if let connection { g_object_unref(UnsafeMutableRawPointer(connection)) }
-                throw KeyringCall.failure(error, "be reached", cancellable: cancellable, timeoutError: timeoutError)
+                if let connection { lib.g_object_unref(UnsafeMutableRawPointer(connection)) }
+                throw KeyringCall.failure(lib, error, "be reached", cancellable: cancellable, timeoutError: timeoutError)
             }
             guard let connection else { throw StoreError(.unavailable, "the session bus could not be reached") }
-            g_dbus_connection_set_exit_on_close(connection, 0)
+            lib.g_dbus_connection_set_exit_on_close(connection, 0)
             let address = Int(bitPattern: connection)
-            let open = g_dbus_connection_is_closed(connection) == 0
+            let open = lib.g_dbus_connection_is_closed(connection) == 0
             // Which reference to drop: the new one when this connection is
             // already held, else the one held before (or, when closed, both).
             let drop: Int = Self.held.withLock { held in
@@ -328,13 +372,60 @@ enum SessionBus {
                 held = 0
                 return address
             }
-            if let stale = OpaquePointer(bitPattern: drop) { g_object_unref(UnsafeMutableRawPointer(stale)) }
+            if let stale = OpaquePointer(bitPattern: drop) { lib.g_object_unref(UnsafeMutableRawPointer(stale)) }
             if open { return }
-            g_object_unref(UnsafeMutableRawPointer(connection))
+            lib.g_object_unref(UnsafeMutableRawPointer(connection))
         }
         throw StoreError(
             .unavailable,
             "the connection to the session bus has closed\(KeyringStore.advice)"
         )
+    }
+
+    /// Why GLib would find no session bus, in GLib's words, when that is
+    /// plain without GLib; nil when there may be one (only GLib can tell).
+    /// Read as GLib reads them: `$DBUS_SESSION_BUS_ADDRESS`, else
+    /// `$XDG_RUNTIME_DIR/bus`, else a bus `dbus-launch` would start on the
+    /// X11 `$DISPLAY`. A headless login (SSH, a server's systemd --user
+    /// without dbus-user-session) then never loads libsecret.
+    static func absence(_ environment: (String) -> String? = { getenv($0).map { String(cString: $0) } }) -> String? {
+        guard let address = environment("DBUS_SESSION_BUS_ADDRESS") else {
+            guard let runtime = environment("XDG_RUNTIME_DIR"), runtime.hasPrefix("/"),
+                access(runtime + "/bus", F_OK) != 0, environment("DISPLAY") == nil
+            else { return nil }
+            return "Cannot autolaunch D-Bus without X11 $DISPLAY"
+        }
+        // One address, a Unix socket by path (`unix:path=P`, maybe with a
+        // guid), and no file there: GLib's connect fails with ENOENT.
+        guard !address.contains(";"), address.hasPrefix("unix:") else { return nil }
+        var path: String?
+        for pair in address.dropFirst("unix:".count).split(separator: ",", omittingEmptySubsequences: false) {
+            guard let equals = pair.firstIndex(of: "=") else { return nil }
+            switch pair[..<equals] {
+            case "path": path = Self.unescape(pair[pair.index(after: equals)...])
+            case "guid": continue
+            default: return nil  // abstract, tmpdir, runtime, ...: GLib's business
+            }
+        }
+        guard let path, !path.isEmpty else { return nil }
+        var status = stat()
+        guard stat(path, &status) != 0, errno == ENOENT else { return nil }
+        return "Could not connect: No such file or directory"
+    }
+
+    /// A D-Bus address value: `%XX` stands for the byte XX.
+    private static func unescape(_ value: Substring) -> String? {
+        var bytes: [UInt8] = []
+        var rest = Array(value.utf8)[...]
+        while let byte = rest.popFirst() {
+            guard byte == UInt8(ascii: "%") else {
+                bytes.append(byte)
+                continue
+            }
+            guard rest.count >= 2, let hex = UInt8(String(decoding: rest.prefix(2), as: UTF8.self), radix: 16) else { return nil }
+            bytes.append(hex)
+            rest = rest.dropFirst(2)
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 }

@@ -71,18 +71,19 @@ public final class KeyringStore: SecretStore {
 
     public func load(_ account: String) async throws(StoreError) -> AccountSecrets? {
         try await self.perform { (call) throws(StoreError) -> AccountSecrets? in
+            let lib = call.lib
             guard let collection = try call.defaultCollection() else { return nil }
-            defer { g_object_unref(collection) }
+            defer { lib.g_object_unref(collection) }
             try call.requireUnlocked(collection)
             let list = try call.items(in: collection, account: account, loadSecrets: true)
-            defer { tv_object_list_free(list) }
-            let newest = KeyringCall.elements(list).max { secret_item_get_modified($0) < secret_item_get_modified($1) }
+            defer { call.freeList(list) }
+            let newest = KeyringCall.elements(list).max { lib.secret_item_get_modified($0) < lib.secret_item_get_modified($1) }
             guard let newest else { return nil }
             // A locked item's secret does not load.
-            guard let value = secret_item_get_secret(newest) else { throw call.locked() }
-            defer { secret_value_unref(UnsafeMutableRawPointer(value)) }
+            guard let value = lib.secret_item_get_secret(newest) else { throw call.locked() }
+            defer { lib.secret_value_unref(UnsafeMutableRawPointer(value)) }
             var length: gsize = 0
-            guard let bytes = secret_value_get(value, &length) else {
+            guard let bytes = lib.secret_value_get(value, &length) else {
                 throw StoreError(.corrupt, "the keyring item of '\(account)' holds no secret")
             }
             let plaintext: SecretBytes
@@ -101,20 +102,21 @@ public final class KeyringStore: SecretStore {
 
     public func save(_ secrets: AccountSecrets, for account: String) async throws(StoreError) {
         try await self.perform { (call) throws(StoreError) in
+            let lib = call.lib
             guard let collection = try call.defaultCollection() else { throw KeyringCall.noDefaultCollection }
-            defer { g_object_unref(collection) }
+            defer { lib.g_object_unref(collection) }
             try call.requireUnlocked(collection)
             let plaintext = try secrets.encoded()
             // Copied into libsecret's non-pageable memory, wiped when freed.
             let value = plaintext.withUnsafeBytes { bytes in
-                secret_value_new(bytes.baseAddress?.assumingMemoryBound(to: gchar.self), bytes.count, Self.contentType)
+                lib.secret_value_new(bytes.baseAddress?.assumingMemoryBound(to: gchar.self), bytes.count, Self.contentType)
             }
             guard let value else { throw StoreError(.io, "could not hand the record of '\(account)' to libsecret") }
-            defer { secret_value_unref(UnsafeMutableRawPointer(value)) }
-            let attributes = tv_account_attributes(Self.application, account)
-            defer { g_hash_table_unref(attributes) }
+            defer { lib.secret_value_unref(UnsafeMutableRawPointer(value)) }
+            let attributes = call.attributes(account)
+            defer { lib.g_hash_table_unref(attributes) }
             var error: UnsafeMutablePointer<GError>?
-            let item = secret_item_create_sync(
+            let item = lib.secret_item_create_sync(
                 collection,
                 tv_account_schema(),
                 attributes,
@@ -125,17 +127,17 @@ public final class KeyringStore: SecretStore {
                 &error
             )
             if let error {
-                if let item { g_object_unref(item) }
+                if let item { lib.g_object_unref(item) }
                 throw call.failure(error, "store the secrets of '\(account)'")
             }
             guard let item else { throw StoreError(.unavailable, "the Secret Service stored no item for '\(account)'") }
-            defer { g_object_unref(item) }
+            defer { lib.g_object_unref(item) }
             // One item per account: drop others that match (an older item
             // made by another tool, without our schema name, is not replaced).
-            let kept = String(cString: tv_object_path(item))
+            let kept = call.objectPath(item)
             let list = try call.items(in: collection, account: account, loadSecrets: false)
-            defer { tv_object_list_free(list) }
-            for other in KeyringCall.elements(list) where String(cString: tv_object_path(other)) != kept {
+            defer { call.freeList(list) }
+            for other in KeyringCall.elements(list) where call.objectPath(other) != kept {
                 try call.delete(other, account: account)
             }
         }
@@ -144,10 +146,10 @@ public final class KeyringStore: SecretStore {
     public func remove(_ account: String) async throws(StoreError) -> Bool {
         try await self.perform { (call) throws(StoreError) -> Bool in
             guard let collection = try call.defaultCollection() else { return false }
-            defer { g_object_unref(collection) }
+            defer { call.lib.g_object_unref(collection) }
             try call.requireUnlocked(collection)
             let list = try call.items(in: collection, account: account, loadSecrets: false)
-            defer { tv_object_list_free(list) }
+            defer { call.freeList(list) }
             let items = KeyringCall.elements(list)
             for item in items {
                 try call.delete(item, account: account)
@@ -175,16 +177,17 @@ public final class KeyringStore: SecretStore {
                 + "unlock the keyring in your desktop session and retry"
         )
         try await self.perform(timeout: self.unlockTimeout, timeoutError: noAnswer) { (call) throws(StoreError) in
+            let lib = call.lib
             guard let collection = try call.defaultCollection() else { throw KeyringCall.noDefaultCollection }
-            defer { g_object_unref(collection) }
-            guard secret_collection_get_locked(collection) != 0 else {
+            defer { lib.g_object_unref(collection) }
+            guard lib.secret_collection_get_locked(collection) != 0 else {
                 call.observedLocked = false
                 return
             }
-            let objects = g_list_append(nil, UnsafeMutableRawPointer(collection))
-            defer { g_list_free(objects) }
+            let objects = lib.g_list_append(nil, UnsafeMutableRawPointer(collection))
+            defer { lib.g_list_free(objects) }
             var error: UnsafeMutablePointer<GError>?
-            let unlocked = secret_service_unlock_sync(call.service, objects, call.cancellable, nil, &error)
+            let unlocked = lib.secret_service_unlock_sync(call.service, objects, call.cancellable, nil, &error)
             if let error { throw call.failure(error, "unlock the default keyring") }
             guard unlocked > 0 else {
                 call.observedLocked = true
@@ -205,8 +208,8 @@ public final class KeyringStore: SecretStore {
         do throws(StoreError) {
             return try await self.perform(honouringLock: false) { (call) throws(StoreError) -> Bool in
                 guard let collection = try call.defaultCollection() else { throw KeyringCall.noDefaultCollection }
-                defer { g_object_unref(collection) }
-                let locked = secret_collection_get_locked(collection) != 0
+                defer { call.lib.g_object_unref(collection) }
+                let locked = call.lib.secret_collection_get_locked(collection) != 0
                 call.observedLocked = locked
                 return locked
             }
@@ -234,7 +237,7 @@ public final class KeyringStore: SecretStore {
                 KeyringCall.run(services: ServiceCache(), timeout: timeout, timeoutError: timeoutError) {
                     (call) throws(StoreError) in
                     guard let collection = try call.defaultCollection() else { throw KeyringCall.noDefaultCollection }
-                    defer { g_object_unref(collection) }
+                    defer { call.lib.g_object_unref(collection) }
                     try call.requireUnlocked(collection)
                 }
             }
