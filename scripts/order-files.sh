@@ -108,7 +108,9 @@ python3 - "$work" <<'PY'
 import bisect, re, subprocess, sys
 
 def functions(program, profiles):
-    """Functions of `program` the profiles saw run, in the order first seen."""
+    """Functions of `program` the profiles saw run, sorted: which of them
+    comes first matters little, and a sorted list changes little from one
+    run to the next."""
     seen = {}
     for path in profiles:
         names, objects, current = {}, {}, None
@@ -129,10 +131,10 @@ def functions(program, profiles):
                     name = re.sub(r"'\d+$", "", names[m.group(2)])  # callgrind's recursion marks
                     if not name.startswith("0x"):
                         seen.setdefault(name, None)
-    return list(seen)
+    return sorted(seen)
 
 def data_touched(binary, trace):
-    """Data symbols of `binary` that a lackey memory trace read or wrote, in order."""
+    """Data symbols of `binary` that a lackey memory trace read or wrote, sorted."""
     symbols = []
     for line in subprocess.run(["nm", "-S", "-n", "--defined-only", binary],
                                capture_output=True, text=True, check=True).stdout.splitlines():
@@ -148,10 +150,9 @@ def data_touched(binary, trace):
             i = bisect.bisect_right(starts, address) - 1
             if i >= 0 and address < symbols[i][0] + max(symbols[i][1], 1):
                 seen.setdefault(symbols[i][2], None)
-    return list(seen)
+    return sorted(seen)
 
 work = sys.argv[1]
-# Each program's hottest path first: vaultd as a whole, then vaultctl token.
 for program, profiles in (("vaultd", ["vaultd"]), ("vaultctl", ["token", "git-credential", "exec"])):
     names = functions(program, [f"{work}/{name}.{program}.callgrind" for name in profiles])
     if len(names) < 100:
