@@ -390,7 +390,8 @@ enum SessionBus {
     /// without dbus-user-session) then never loads libsecret.
     static func absence(_ environment: (String) -> String? = { getenv($0).map { String(cString: $0) } }) -> String? {
         guard let address = environment("DBUS_SESSION_BUS_ADDRESS") else {
-            guard let runtime = environment("XDG_RUNTIME_DIR"), runtime.hasPrefix("/"),
+            // GLib then tries $XDG_RUNTIME_DIR/bus, and autolaunches only under X11.
+            guard let runtime = Self.runtimeFolder(environment),
                 access(runtime + "/bus", F_OK) != 0, environment("DISPLAY") == nil
             else { return nil }
             return "Cannot autolaunch D-Bus without X11 $DISPLAY"
@@ -411,6 +412,20 @@ enum SessionBus {
         var status = stat()
         guard stat(path, &status) != 0, errno == ENOENT else { return nil }
         return "Could not connect: No such file or directory"
+    }
+
+    /// GLib's g_get_user_runtime_dir(): $XDG_RUNTIME_DIR, else the user's
+    /// cache folder ($XDG_CACHE_HOME, else ~/.cache). nil when it cannot be
+    /// told without GLib (a relative path, no home).
+    private static func runtimeFolder(_ environment: (String) -> String?) -> String? {
+        if let runtime = environment("XDG_RUNTIME_DIR"), !runtime.isEmpty {
+            return runtime.hasPrefix("/") ? runtime : nil
+        }
+        if let cache = environment("XDG_CACHE_HOME"), !cache.isEmpty {
+            return cache.hasPrefix("/") ? cache : nil
+        }
+        guard let home = environment("HOME"), home.hasPrefix("/") else { return nil }
+        return home + "/.cache"
     }
 
     /// A D-Bus address value: `%XX` stands for the byte XX.

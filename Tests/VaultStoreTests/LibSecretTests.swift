@@ -117,7 +117,15 @@ struct LibSecretTests {
         #expect(absence(["XDG_RUNTIME_DIR": folder + "/run"]) == autolaunch)
         #expect(absence(["XDG_RUNTIME_DIR": folder]) == nil, "$XDG_RUNTIME_DIR/bus is there")
         #expect(absence(["XDG_RUNTIME_DIR": folder + "/run", "DISPLAY": ":0"]) == nil, "dbus-launch may start one")
-        #expect(absence([:]) == nil, "GLib then looks in the cache folder")
+        // No $XDG_RUNTIME_DIR: GLib's runtime folder is the cache folder.
+        #expect(absence(["HOME": folder + "/home"]) == autolaunch)
+        #expect(absence(["XDG_CACHE_HOME": folder + "/cache"]) == autolaunch)
+        #expect(absence(["XDG_CACHE_HOME": folder]) == nil, "$XDG_CACHE_HOME/bus is there")
+        try FileManager.default.createDirectory(atPath: folder + "/busy/.cache", withIntermediateDirectories: true)
+        _ = FileManager.default.createFile(atPath: folder + "/busy/.cache/bus", contents: nil)
+        #expect(absence(["HOME": folder + "/busy"]) == nil, "~/.cache/bus is there")
+        #expect(absence([:]) == nil, "no home: GLib asks the password database")
+        #expect(absence(["XDG_RUNTIME_DIR": "run"]) == nil, "relative: GLib's business")
     }
 
     static func temporaryFolder() throws -> String {
