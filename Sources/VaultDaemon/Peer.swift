@@ -72,13 +72,16 @@ public struct Peer: Sendable, Hashable, CustomStringConvertible {
     /// The unit in `/proc/PID/cgroup` text: the deepest `.service` or `.scope`
     /// in the systemd hierarchy (`name=systemd` on a hybrid set-up, else
     /// cgroup v2's `0::`), so a user unit wins over `user@UID.service`.
+    /// Each line is `hierarchy:controllers:path`; fields are compared whole
+    /// (a substring search would also bring in _StringProcessing's 400 KB of
+    /// code, resident for the daemon's life).
     static func unit(inCgroup text: String) -> String? {
-        let lines = text.split(separator: "\n")
-        let path =
-            lines.first { $0.contains(":name=systemd:") }.map { $0.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false) }
-            ?? lines.first { $0.hasPrefix("0::") }.map { $0.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false) }
-        guard let path, path.count == 3 else { return nil }
-        let unit = path[2].split(separator: "/").last { $0.hasSuffix(".service") || $0.hasSuffix(".scope") }
+        let entries = text.split(separator: "\n")
+            .map { $0.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false) }
+            .filter { $0.count == 3 }
+        let systemd = entries.first { $0[1] == "name=systemd" } ?? entries.first { $0[0] == "0" && $0[1].isEmpty }
+        guard let path = systemd?[2] else { return nil }
+        let unit = path.split(separator: "/").last { $0.hasSuffix(".service") || $0.hasSuffix(".scope") }
         return unit.map(String.init)
     }
 
