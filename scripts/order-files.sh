@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Writes link/vaultd.order and link/vaultctl.order: the
-# functions each program runs, which the linker puts next to each other (see
-# scripts/release.sh). Run it after changes that add or rename much of the
+# Writes link/vaultd.order and link/vaultctl.order: the functions each
+# program runs (and the variables `vaultctl token` touches), which the linker
+# puts next to each other (see scripts/release.sh and Package.swift). Run it after changes that add or rename much of the
 # code on these paths; a stale list only costs memory and start-up time,
 # never correctness (a name the linker does not find is skipped).
 #
