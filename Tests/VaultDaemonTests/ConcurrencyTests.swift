@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import Synchronization
 import Testing
 import VaultCrypto
@@ -53,7 +54,10 @@ struct ConcurrencyTests {
     func setUp(rotate: Bool = true, lifetime: Int = 100) async throws -> Setup {
         let issuer = try await TestIssuer.start(accessTokenLifetime: lifetime, rotateRefreshTokens: rotate)
         let gated = Shared<GatedStore?>(nil)
-        let vault = try await InProcessVault.start(wrapStore: { store in
+        // Revocations wait at the issuer's gate while a test probes the
+        // vault: give them longer than the default 5 s, which a loaded
+        // machine running every suite at once has exceeded.
+        let vault = try await InProcessVault.start(revocationTimeout: .seconds(30), wrapStore: { store in
             let wrapper = GatedStore(store)
             gated.value.withLock { $0 = wrapper }
             return wrapper

@@ -146,6 +146,7 @@ struct InProcessVault: Stoppable {
         maximumConnections: Int = 4096,
         idleTimeout: TimeAmount = .minutes(10),
         issuerTimeout: TimeAmount = .seconds(15),
+        revocationTimeout: TimeAmount? = nil,
         events: EventHub = EventHub(),
         wrapStore: @escaping @Sendable (any SecretStore) -> any SecretStore = { $0 }
     ) async throws -> InProcessVault {
@@ -162,6 +163,7 @@ struct InProcessVault: Stoppable {
         configuration.socket.maximumConnections = maximumConnections
         configuration.socket.idleTimeout = idleTimeout
         configuration.oidc.timeout = issuerTimeout
+        if let revocationTimeout { configuration.oidc.revocationTimeout = revocationTimeout }
         configuration.clock = clock
         configuration.events = events
         configuration.wrapStore = wrapStore
