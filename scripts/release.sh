@@ -21,7 +21,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scratch="${SCRATCH:-.build}"
-archive="$(cc -print-file-name=libstdc++.a)"
+# The clang of the Swift toolchain, which links: the libstdc++ of the GCC it picks.
+archive="$(clang -print-file-name=libstdc++.a)"
 [ -f "$archive" ] || { echo "release.sh: no libstdc++.a (Debian: apt-get install libstdc++-12-dev)" >&2; exit 1; }
 mkdir -p "$scratch/static-libstdc++"
 ln -sf "$archive" "$scratch/static-libstdc++/libstdc++.a"
