@@ -21,6 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scratch="${SCRATCH:-.build}"
+case "$scratch" in /*) ;; *) scratch="$PWD/$scratch" ;; esac
 # The clang of the Swift toolchain, which links: the libstdc++ of the GCC it picks.
 archive="$(clang -print-file-name=libstdc++.a)"
 [ -f "$archive" ] || { echo "release.sh: no libstdc++.a (Debian: apt-get install libstdc++-12-dev)" >&2; exit 1; }
@@ -28,7 +29,7 @@ mkdir -p "$scratch/static-libstdc++"
 ln -sf "$archive" "$scratch/static-libstdc++/libstdc++.a"
 flags=(-c release --static-swift-stdlib --scratch-path "$scratch"
     -Xswiftc -Xfrontend -Xswiftc -function-sections -Xcc -ffunction-sections
-    -Xswiftc -L"$PWD/$scratch/static-libstdc++")
+    -Xswiftc -L"$scratch/static-libstdc++")
 products=("$@")
 [ ${#products[@]} -gt 0 ] || products=(vaultd vaultctl)
 [ "${products[0]}" = --bin-path ] && products=()
