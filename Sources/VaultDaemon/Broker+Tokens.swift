@@ -89,6 +89,9 @@ extension Broker {
     /// How many times the heap was trimmed after a burst; for tests.
     public nonisolated var heapTrims: Int { self.heapTrim.count }
 
+    /// Whether a trim of the C heap is due.
+    public nonisolated var heapTrimPending: Bool { self.heapTrim.isPending }
+
     /// How many refreshes `account` keeps a handle on: only those under way;
     /// for tests.
     public func heldRefreshes(account: String) -> Int {

@@ -113,6 +113,8 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
         self.inbound = nil
         self.countHeld()
         self.connections.release()
+        // The connection's buffers leave holes in the heap: give them back once connections stop closing.
+        self.dispatcher.broker.heapTrim.soon()
         self.logger.debug("connection closed")
         context.fireChannelInactive()
     }

@@ -41,6 +41,21 @@ struct ConnectionLifetimeTests {
         }
     }
 
+    /// Connections that close leave holes in the C heap; once they stop
+    /// closing, vaultd trims it (what that returns is in BENCHMARKS.md).
+    @Test func closedConnectionsAreFollowedByATrimOfTheHeap() async throws {
+        try await withVault { vault in
+            #expect(await self.poll { !vault.broker.heapTrimPending }, "the set-up's trim is still due")
+            let before = vault.broker.heapTrims
+            for _ in 0..<20 {
+                let client = try LineClient(path: vault.socketPath)
+                #expect(await client.call(#"{"id":1,"op":"hello"}"#)?["ok"] as? Bool == true)
+                shutdown(client.fd, Int32(SHUT_RDWR))
+            }
+            #expect(await self.poll { vault.broker.heapTrims > before }, "no trim followed the closed connections")
+        }
+    }
+
     /// Polls, with a deadline, until `count` callers wait on a refresh of `work`.
     func waitingCallers(_ vault: InProcessVault, becomes count: Int) async -> Bool {
         await self.poll { await vault.broker.waitingCallers(account: "work") == count }
