@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Writes link/vaultd.order and link/vaultctl.order: the functions each
-# program runs (and the variables `vaultctl token` touches), which the linker
-# puts next to each other (see scripts/release.sh and Package.swift). Run it after changes that add or rename much of the
-# code on these paths; a stale list only costs memory and start-up time,
-# never correctness (a name the linker does not find is skipped).
+# program runs and the data it reads and writes, which the linker puts next
+# to each other (see scripts/release.sh and Package.swift). Run it after
+# changes that add or rename much of the code on these paths; a stale list
+# only costs memory and start-up time, never correctness (a name the linker
+# does not find is skipped).
 #
 #   scripts/order-files.sh
 #
@@ -11,7 +12,9 @@
 # which sees every function that runs: vaultd through start-up, two password
 # sign-ins at a Glewlwyd on 127.0.0.1 (as vaultbench sets it up), cached
 # tokens, a refresh, `status`, many connections, and a clean stop; vaultctl
-# through `token`, `exec` and `git-credential`. Needs valgrind and glewlwyd.
+# through `token`, `exec` and `git-credential`. A second run of vaultd, and
+# one of `vaultctl token`, under lackey (valgrind) see every byte of data
+# they touch. Takes about 5 minutes; needs valgrind and glewlwyd.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -38,15 +41,16 @@ done
 issuer="$(Tests/Support/glewlwyd/start.sh "$work/glewlwyd")"
 short="$(GLEWLWYD_ACCESS_TOKEN_SECONDS=5 Tests/Support/glewlwyd/start.sh "$work/glewlwyd-short")"
 socket="$work/vaultd.sock"
-XDG_STATE_HOME="$work/state" XDG_CONFIG_HOME="$work/config" \
-    valgrind --tool=callgrind --demangle=no --callgrind-out-file="$work/vaultd.vaultd.callgrind" \
-    "$work/vaultd" --socket "$socket" --log-level warning 2>"$work/vaultd.log" &
-echo $! >"$work/vaultd.pid"
 
-python3 - "$socket" "$issuer" "$short" <<'PY'
+# The client side of a profile: `drive setup` does what vaultbench does
+# before it measures vaultd idle (two password sign-ins, a token, status);
+# `drive rest` the rest of a day: more tokens, connections one after another
+# and many at once, and a refresh.
+drive() {
+    python3 - "$1" "$socket" "$issuer" "$short" <<'PY'
 import json, socket, sys, time
 
-path, issuer, short = sys.argv[1:]
+phase, path, issuer, short = sys.argv[1:]
 deadline = time.monotonic() + 120
 while True:
     try:
@@ -60,31 +64,86 @@ while True:
 lines = s.makefile("rw")
 
 def call(request):
-    lines.write(json.dumps(request) + "\n")
-    lines.flush()
-    reply = lines.readline()
+    for _ in range(5):
+        lines.write(json.dumps(request) + "\n")
+        lines.flush()
+        reply = lines.readline()
+        # Under valgrind vaultd runs 50 times slower, and may miss its own
+        # deadline for the issuer's answer.
+        if '"idp_unavailable"' not in reply:
+            break
     if '"ok":true' not in reply:
         sys.exit(f"order-files.sh: {request['op']} failed: {reply[:200]}")
     return reply
 
-for name, at, client, secret in (("bench", issuer, "confidential-app", "s3cret-confidential"),
-                                 ("burst", short, "confidential-rotating", "s3cret-rotating")):
-    call({"id": 1, "op": "account.add", "name": name, "issuer": at, "client_id": client,
-          "client_secret": secret, "scopes": ["openid", "offline_access"]})
-    call({"id": 2, "op": "signin.start", "account": name, "method": "password",
-          "username": "ada", "password": "correct horse"})
+if phase == "setup":
+    for name, at, client, secret in (("bench", issuer, "confidential-app", "s3cret-confidential"),
+                                     ("burst", short, "confidential-rotating", "s3cret-rotating")):
+        call({"id": 1, "op": "account.add", "name": name, "issuer": at, "client_id": client,
+              "client_secret": secret, "scopes": ["openid", "offline_access"]})
+        call({"id": 2, "op": "signin.start", "account": name, "method": "password",
+              "username": "ada", "password": "correct horse"})
+    call({"id": 3, "op": "token", "account": "bench"})
+    call({"id": 4, "op": "status"})
+    sys.exit()
+started = time.monotonic()
 for i in range(50):
     call({"id": i, "op": "token", "account": "bench"})
-call({"id": 1, "op": "status"})
 for i in range(50):
     c = socket.socket(socket.AF_UNIX)
     c.connect(path)
     c.sendall(b'{"id":1,"op":"token","account":"bench"}\n')
     c.recv(4096)
     c.close()
-time.sleep(5.5)  # the burst account's 5-second token expires: the next token is a refresh
+# Many connections at once with requests in flight on each, as under load.
+held = [socket.socket(socket.AF_UNIX) for _ in range(200)]
+for c in held:
+    c.connect(path)
+for _ in range(5):
+    for c in held:
+        c.sendall(b'{"id":1,"op":"token","account":"bench"}\n' * 4)
+    for c in held:
+        answers = b""
+        while answers.count(b"\n") < 4:
+            answers += c.recv(65536)
+for c in held:
+    c.close()
+# The burst account's 5-second token expires: the next token is a refresh.
+time.sleep(max(0, 5.5 - (time.monotonic() - started)))
 call({"id": 3, "op": "token", "account": "burst"})
 PY
+}
+
+# Starts vaultd on a new vault under valgrind with the given options, drives
+# it through the set-up, runs `$mark` (which tells the profile's two parts
+# apart), and drives it through the rest; it runs on until stop_vaultd.
+profile_vaultd() {
+    rm -rf "$work/state" "$work/config"
+    XDG_STATE_HOME="$work/state" XDG_CONFIG_HOME="$work/config" \
+        valgrind "$@" "$work/vaultd" --socket "$socket" --log-level warning 2>>"$work/vaultd.log" &
+    echo $! >"$work/vaultd.pid"
+    drive setup
+    $mark
+    drive rest
+}
+
+stop_vaultd() {
+    kill -TERM "$(cat "$work/vaultd.pid")"
+    wait "$(cat "$work/vaultd.pid")" || true
+    rm -f "$work/vaultd.pid"
+}
+
+# The data vaultd reads and writes, from a trace of every access (lackey);
+# the trace's length after the set-up parts it.
+mark_trace() { sync; stat -c %s "$work/vaultd.lackey" >"$work/vaultd.lackey.setup"; }
+mark=mark_trace profile_vaultd --tool=lackey --trace-mem=yes --log-file="$work/vaultd.lackey"
+# valgrind loads the position-independent vaultd at an address of its own.
+grep -m1 " $work/vaultd\$" "/proc/$(cat "$work/vaultd.pid")/maps" | cut -d- -f1 >"$work/vaultd.base"
+stop_vaultd
+# The functions it runs (callgrind), the set-up's in a profile of their own
+# (vaultd.vaultd.callgrind.1); vaultctl's runs below talk to this vaultd.
+mark_profile() { callgrind_control -d "$(cat "$work/vaultd.pid")" >/dev/null; }
+mark=mark_profile profile_vaultd --tool=callgrind --demangle=no --callgrind-out-file="$work/vaultd.vaultd.callgrind"
 
 for command in "token bench --socket $socket" "git-credential bench get --socket $socket" \
     "exec bench --socket $socket -- true"; do
@@ -100,9 +159,7 @@ done
 # laid out together as well.
 valgrind --tool=lackey --trace-mem=yes --log-file="$work/vaultctl.lackey" \
     "$work/vaultctl" token bench --socket "$socket" >/dev/null
-kill -TERM "$(cat "$work/vaultd.pid")"
-wait "$(cat "$work/vaultd.pid")" || true
-rm -f "$work/vaultd.pid"
+stop_vaultd
 
 python3 - "$work" <<'PY'
 import bisect, re, subprocess, sys
@@ -133,8 +190,31 @@ def functions(program, profiles):
                         seen.setdefault(name, None)
     return sorted(seen)
 
-def data_touched(binary, trace):
-    """Data symbols of `binary` that a lackey memory trace read or wrote, sorted."""
+def traced(trace, start=0, end=None):
+    """The addresses (to 8 bytes) a lackey trace read or wrote between two
+    of its byte offsets, in the program's first 64 MB. The trace is large
+    (about 1.5 GB for vaultd): it is read in blocks."""
+    access = re.compile(rb"^ [LSM] (0[0-3][0-9a-f]{6}),", re.M)
+    addresses, rest = set(), b""
+    with open(trace, "rb") as lines:
+        lines.seek(start)
+        left = end - start if end is not None else None
+        while block := lines.read(1 << 24 if left is None else min(1 << 24, left)):
+            if left is not None:
+                left -= len(block)
+            block = rest + block
+            stop = block.rfind(b"\n") + 1
+            rest = block[stop:]
+            addresses.update(int(a, 16) & ~7 for a in access.findall(block, 0, stop))
+    return addresses
+
+def data_touched(binary, addresses, base=0):
+    """Data symbols of `binary` at `addresses`, sorted. `base`: where the
+    trace had the program (valgrind loads a position-independent executable
+    at an address of its own). An access outside every symbol (a constant
+    without a name) names nothing: naming the symbol before it would move
+    whole sections that are read in one or two places, such as Unicode
+    tables, into the stretch that is read throughout."""
     symbols = []
     for line in subprocess.run(["nm", "-S", "-n", "--defined-only", binary],
                                capture_output=True, text=True, check=True).stdout.splitlines():
@@ -142,23 +222,38 @@ def data_touched(binary, trace):
         if len(fields) == 4 and fields[2] in "bBdDrRvV":
             symbols.append((int(fields[0], 16), int(fields[1], 16), fields[3]))
     starts = [start for start, _, _ in symbols]
-    seen = {}
-    for line in open(trace):
-        fields = line.split()
-        if len(fields) == 2 and fields[0] in ("L", "S", "M"):
-            address = int(fields[1].split(",")[0], 16)
-            i = bisect.bisect_right(starts, address) - 1
-            if i >= 0 and address < symbols[i][0] + max(symbols[i][1], 1):
-                seen.setdefault(symbols[i][2], None)
+    seen = set()
+    for address in addresses:
+        address -= base
+        i = bisect.bisect_right(starts, address + 7) - 1
+        # The 8 bytes at `address` overlap the symbol at `i`.
+        if i >= 0 and address < symbols[i][0] + max(symbols[i][1], 1):
+            seen.add(symbols[i][2])
     return sorted(seen)
 
+def then(*lists):
+    """The names of `lists`, each list's after the earlier lists'."""
+    names = {}
+    for names_of_one in lists:
+        for name in names_of_one:
+            names.setdefault(name, None)
+    return list(names)
+
 work = sys.argv[1]
-for program, profiles in (("vaultd", ["vaultd"]), ("vaultctl", ["token", "git-credential", "exec"])):
-    names = functions(program, [f"{work}/{name}.{program}.callgrind" for name in profiles])
+# vaultd: what its set-up runs and touches first, so that a vaultd that only
+# did that keeps one short stretch of each section; then the rest.
+setup = functions("vaultd", [f"{work}/vaultd.vaultd.callgrind.1"])
+rest = functions("vaultd", [f"{work}/vaultd.vaultd.callgrind"])
+trace, base = f"{work}/vaultd.lackey", int(open(f"{work}/vaultd.base").read(), 16)
+middle = int(open(f"{work}/vaultd.lackey.setup").read())
+vaultd = then(setup, rest,
+              data_touched(f"{work}/vaultd", traced(trace, 0, middle), base),
+              data_touched(f"{work}/vaultd", traced(trace, middle), base))
+vaultctl = then(functions("vaultctl", [f"{work}/{name}.vaultctl.callgrind" for name in ("token", "git-credential", "exec")]),
+                data_touched(f"{work}/vaultctl", traced(f"{work}/vaultctl.lackey")))
+for program, names in (("vaultd", vaultd), ("vaultctl", vaultctl)):
     if len(names) < 100:
-        sys.exit(f"order-files.sh: only {len(names)} functions of {program} seen")
-    if program == "vaultctl":
-        names += data_touched(f"{work}/vaultctl", f"{work}/vaultctl.lackey")
+        sys.exit(f"order-files.sh: only {len(names)} names for {program}")
     with open(f"link/{program}.order", "w") as out:
         out.write("\n".join(names) + "\n")
     print(f"link/{program}.order: {len(names)} symbols")
