@@ -121,6 +121,7 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard self.admitted else { return }
+        self.dispatcher.broker.heapTrim.reading()
         var bytes = self.unwrapInboundIn(data)
         if self.inbound == nil {
             self.inbound = bytes

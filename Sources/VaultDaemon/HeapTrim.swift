@@ -2,20 +2,24 @@ import CVaultSystem
 import Synchronization
 
 /// Gives the C heap's free pages back to the system once a burst of work is
-/// over: `delay` after the last closed connection, refresh or account change.
+/// over: `delay` after the last closed connection, refresh or account
+/// change, with no read from a client in that time either.
 ///
 /// A burst leaves holes between the allocations that stay (a connection's
 /// buffers around the few objects created while it was open), and glibc
 /// keeps the pages for reuse. After 1,000 connections and 100,000 requests
 /// that is about 4 MB, which one `malloc_trim` returns; after a refresh at
 /// each of 1,000 accounts, 1.2 MB. A trim takes 0.1 to 0.4 ms on a
-/// background thread. Cached tokens never come here, and while work keeps
-/// coming no trim runs: each `soon()` only moves the time it is due.
+/// background thread, holding the heap's locks, and the pages it returns
+/// are faulted in again by the next burst: so no trim runs while requests
+/// come, and each `soon()` only moves the time it is due.
 final class HeapTrim: Sendable {
     let delay: Duration
     /// When the pending trim is due; nil when none is pending.
     private let due = Mutex<ContinuousClock.Instant?>(nil)
     private let trims = Atomic<Int>(0)
+    /// Reads from clients so far; a trim waits for them to stop.
+    private let reads = Atomic<Int>(0)
 
     init(delay: Duration = .milliseconds(250)) {
         self.delay = delay
@@ -27,7 +31,12 @@ final class HeapTrim: Sendable {
     /// Whether a trim is due; for tests.
     var isPending: Bool { self.due.withLock { $0 != nil } }
 
-    /// Trims once `delay` has passed with no other call.
+    /// Counts a read from a client: a trim that is due waits until `delay` passes without one.
+    func reading() {
+        self.reads.wrappingAdd(1, ordering: .relaxed)
+    }
+
+    /// Trims once `delay` has passed with no other call and no read.
     func soon() {
         let first = self.due.withLock { due -> Bool in
             defer { due = .now + self.delay }
@@ -35,11 +44,18 @@ final class HeapTrim: Sendable {
         }
         guard first else { return }
         Task.detached {
+            var seen = self.reads.load(ordering: .relaxed)
             while true {
                 // Only this task clears it.
                 guard let when = self.due.withLock({ $0 }) else { return }
                 if when > .now {
                     try? await Task.sleep(until: when, clock: .continuous)
+                    continue
+                }
+                let read = self.reads.load(ordering: .relaxed)
+                if read != seen {
+                    seen = read
+                    self.due.withLock { $0 = .now + self.delay }
                     continue
                 }
                 _ = vault_trim_heap()
