@@ -18,8 +18,9 @@ final class HeapTrim: Sendable {
     /// When the pending trim is due; nil when none is pending.
     private let due = Mutex<ContinuousClock.Instant?>(nil)
     private let trims = Atomic<Int>(0)
-    /// Reads from clients so far; a trim waits for them to stop.
-    private let reads = Atomic<Int>(0)
+    /// Whether a client read since the pending trim last looked; a trim
+    /// waits for the reads to stop.
+    private let read = Atomic<Bool>(false)
 
     init(delay: Duration = .milliseconds(250)) {
         self.delay = delay
@@ -31,9 +32,11 @@ final class HeapTrim: Sendable {
     /// Whether a trim is due; for tests.
     var isPending: Bool { self.due.withLock { $0 != nil } }
 
-    /// Counts a read from a client: a trim that is due waits until `delay` passes without one.
+    /// Notes a read from a client: a trim that is due waits until `delay`
+    /// passes without one. Once noted, a read only loads the flag: the event
+    /// loops, on their cores, do not take its cache line from each other.
     func reading() {
-        self.reads.wrappingAdd(1, ordering: .relaxed)
+        if !self.read.load(ordering: .relaxed) { self.read.store(true, ordering: .relaxed) }
     }
 
     /// Trims once `delay` has passed with no other call and no read.
@@ -44,7 +47,6 @@ final class HeapTrim: Sendable {
         }
         guard first else { return }
         Task.detached {
-            var seen = self.reads.load(ordering: .relaxed)
             while true {
                 // Only this task clears it.
                 guard let when = self.due.withLock({ $0 }) else { return }
@@ -52,9 +54,7 @@ final class HeapTrim: Sendable {
                     try? await Task.sleep(until: when, clock: .continuous)
                     continue
                 }
-                let read = self.reads.load(ordering: .relaxed)
-                if read != seen {
-                    seen = read
+                if self.read.exchange(false, ordering: .relaxed) {
                     self.due.withLock { $0 = .now + self.delay }
                     continue
                 }
