@@ -89,7 +89,7 @@ extension Broker {
     /// How many times the heap was trimmed after a burst; for tests.
     public nonisolated var heapTrims: Int { self.heapTrim.count }
 
-    /// Whether a trim of the C heap is due.
+    /// Whether a trim of the C heap is due; for tests.
     public nonisolated var heapTrimPending: Bool { self.heapTrim.isPending }
 
     /// How many refreshes `account` keeps a handle on: only those under way;
