@@ -135,7 +135,7 @@ stop_vaultd() {
 
 # The data vaultd reads and writes, from a trace of every access (lackey);
 # the trace's length after the set-up parts it.
-mark_trace() { sync; stat -c %s "$work/vaultd.lackey" >"$work/vaultd.lackey.setup"; }
+mark_trace() { stat -c %s "$work/vaultd.lackey" >"$work/vaultd.lackey.setup"; }
 mark=mark_trace profile_vaultd --tool=lackey --trace-mem=yes --log-file="$work/vaultd.lackey"
 # valgrind loads the position-independent vaultd at an address of its own.
 grep -m1 " $work/vaultd\$" "/proc/$(cat "$work/vaultd.pid")/maps" | cut -d- -f1 >"$work/vaultd.base"
