@@ -42,11 +42,10 @@ let package = Package(
         .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.7.0"),
     ],
     targets: [
-        .systemLibrary(
-            name: "CSodium",
-            pkgConfig: "libsodium",
-            providers: [.apt(["libsodium-dev"])]
-        ),
+        // No pkg-config: it names the system's library folder first, where
+        // -lsodium finds libsodium.so before the archive a release build of
+        // vaultd links (scripts/release.sh).
+        .systemLibrary(name: "CSodium"),
         // No pkg-config: SwiftPM would link its libraries into vaultd, which
         // loads libsecret only when the keyring backend is used (shim.h).
         .systemLibrary(name: "CLibSecret"),
