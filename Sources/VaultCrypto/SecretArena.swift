@@ -1,4 +1,5 @@
 internal import CSodium
+import Glibc
 import Synchronization
 
 /// Guarded memory for small secrets, carved out of large `sodium_malloc`
@@ -9,8 +10,9 @@ import Synchronization
 /// A region is one `sodium_malloc`: guard pages at both ends, `mlock` where
 /// `RLIMIT_MEMLOCK` allows, left out of core dumps. It is cut into slots of
 /// one size class (a power of two from 32 to 8,192 bytes). A class's first
-/// region is 16 KiB and each next one twice its last, up to 128 KiB: a vault
-/// of a few accounts locks a few pages per class in use, not 128 KiB.
+/// region is the fewest pages that hold one slot, and each next one twice its
+/// last, up to 128 KiB: a vault of a few accounts locks one page per class in
+/// use, not 128 KiB.
 /// A slot holds the secret's `count` bytes, then a 16-byte canary, then zeros.
 /// Freeing checks the canary, stopping the process if an overrun changed it,
 /// and zeroes the whole slot before it goes back on its class's free list.
@@ -28,11 +30,23 @@ final class SecretArena: Sendable {
     static let largestSlot = 8192
     /// The largest secret the arena holds; longer ones get their own `sodium_malloc`.
     static let largestCount = largestSlot - canaryBytes
-    /// The first region of each size class.
-    static let firstRegionBytes = 16 * 1024
     /// Four mappings per 128 KiB of secrets, and under 1.2 MiB locked when
     /// every size class is in use: well inside the usual 8 MiB `RLIMIT_MEMLOCK`.
-    static let regionBytes = 128 * 1024
+    static let largestRegionPages = 128 * 1024 / pageBytes
+    static let pageBytes = Int(sysconf(Int32(_SC_PAGESIZE)))
+    /// `sodium_malloc` puts a canary of its own just before the bytes it
+    /// returns, in the same locked pages. A region asks for whole pages less
+    /// these bytes: asked for whole pages, it would lock one more for them.
+    static let sodiumCanaryBytes = 16
+
+    /// The bytes of a class's next region, given its last one's (0 before
+    /// its first): whole pages, less sodium's canary.
+    static func regionBytes(slot: Int, last: Int) -> Int {
+        let pages = last == 0
+            ? (slot + sodiumCanaryBytes + pageBytes - 1) / pageBytes
+            : min(2 * (last + sodiumCanaryBytes) / pageBytes, largestRegionPages)
+        return pages * pageBytes - sodiumCanaryBytes
+    }
 
     private struct State {
         /// Addresses of the free slots of each size class, smallest class
@@ -82,8 +96,7 @@ final class SecretArena: Sendable {
         let index = Self.classIndex(forSlot: slotBytes)
         let address = try self.state.withLock { state throws(SodiumError) -> UInt in
             if state.free[index].isEmpty {
-                let last = state.lastRegionBytes[index]
-                let bytes = last == 0 ? Self.firstRegionBytes : min(2 * last, Self.regionBytes)
+                let bytes = Self.regionBytes(slot: slotBytes, last: state.lastRegionBytes[index])
                 guard let region = sodium_malloc(bytes) else {
                     throw SodiumError(operation: "sodium_malloc")
                 }

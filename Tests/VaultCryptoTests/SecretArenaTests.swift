@@ -19,6 +19,21 @@ private func mappingCount() -> Int? {
 private let hasProcMaps = mappingCount() != nil
 
 /// The `VmFlags` of the mapping that holds `address`, from /proc/self/smaps.
+/// The size of the mapping that holds `address`, from /proc/self/maps.
+private func mappingBytes(at address: UInt) -> Int? {
+    guard let file = fopen("/proc/self/maps", "r") else { return nil }
+    defer { fclose(file) }
+    var line: UnsafeMutablePointer<CChar>?
+    defer { free(line) }
+    var capacity = 0
+    while getline(&line, &capacity, file) > 0, let line {
+        let fields = String(cString: line).split(separator: " ")
+        let range = fields.first?.split(separator: "-").compactMap { UInt($0, radix: 16) } ?? []
+        if range.count == 2, range[0] <= address, address < range[1] { return Int(range[1] - range[0]) }
+    }
+    return nil
+}
+
 private func mappingFlags(at address: UInt) -> [Substring]? {
     guard let file = fopen("/proc/self/smaps", "r") else { return nil }
     defer { fclose(file) }
@@ -106,16 +121,31 @@ private func holds(_ secret: SecretBytes, _ id: Int, count: Int) -> Bool {
 
     @Test func aFewSecretsLockAFewPagesAndRegionsGrowWithUse() throws {
         let arena = SecretArena()
-        // One token and one key: two classes, a 16 KiB region each.
+        let page = SecretArena.pageBytes
+        // One token and one key: two classes, a page each, less sodium's canary.
         let token = try #require(try arena.allocate(count: 900))
         let key = try #require(try arena.allocate(count: 32))
-        #expect(arena.regionBytesInAll == 2 * SecretArena.firstRegionBytes)
-        // 2,000 more keys (64-byte slots): regions of 16, 32, 64, then 128 KiB.
+        #expect(arena.regionBytesInAll == 2 * (page - 16))
+        // 2,000 more keys (64-byte slots, 63 to a page): regions of 1, 2, 4,
+        // 8, 16 and 32 pages, 128 KiB being the largest.
         let keys = try (0..<2_000).map { _ in try #require(try arena.allocate(count: 32)) }
-        #expect(arena.regionBytesInAll == SecretArena.firstRegionBytes + (16 + 32 + 64 + 128) * 1024)
+        #expect(arena.regionBytesInAll == (page - 16) + (1 + 2 + 4 + 8 + 16 + 32) * page - 6 * 16)
+        #expect(SecretArena.regionBytes(slot: 64, last: 32 * page - 16) == 32 * page - 16)
+        // The largest slot: two pages do not hold it and sodium's canary.
+        #expect(SecretArena.regionBytes(slot: SecretArena.largestSlot, last: 0) == 3 * page - 16)
         for slot in keys { arena.free(slot, count: 32) }
         arena.free(key, count: 32)
         arena.free(token, count: 900)
+    }
+
+    @Test func aRegionLocksNoPageForSodiumsCanary() throws {
+        let arena = SecretArena()
+        let key = try #require(try arena.allocate(count: 32))
+        defer { arena.free(key, count: 32) }
+        // The mapping that holds the key is the region's one page: asked
+        // for a whole page, sodium_malloc would have mapped two.
+        let address = UInt(bitPattern: key)
+        #expect(try #require(mappingBytes(at: address)) == SecretArena.pageBytes)
     }
 
     @Test func roundTripsEverySizeClassBoundary() throws {
