@@ -79,11 +79,13 @@ struct VaultD: ParsableCommand {
     /// ends. An async `main` would give the main thread to dispatch_main(),
     /// which ends it with pthread_exit(): glibc unwinds the thread's stack,
     /// reading vaultd's unwind tables, 0.9 MB that then stayed resident for
-    /// the daemon's whole life.
+    /// the daemon's whole life. At medium priority, as the tasks the event
+    /// loops start are: Dispatch keeps a pool of worker threads for each
+    /// priority in use, and the main thread's, user-initiated, added two.
     private static func waitingHere(_ work: @escaping @Sendable () async throws -> Void) throws {
         let ended = DispatchSemaphore(value: 0)
         let outcome = Mutex<Result<Void, any Error>>(.success(()))
-        Task {
+        Task(priority: .medium) {
             do {
                 try await work()
             } catch {
