@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
     libsodium-dev libsecret-1-dev pkg-config   # build
+    zlib1g-dev libstdc++-12-dev                # the archives scripts/release.sh links in
     binutils                                   # strip, for scripts/install.sh
     gnome-keyring libsecret-tools dbus         # Secret Service tests
     glewlwyd sqlite3 openssl                   # the third-party OpenID provider in the tests
