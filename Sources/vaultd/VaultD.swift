@@ -64,13 +64,17 @@ struct VaultD: ParsableCommand {
         }
     }
 
-    /// A per-user daemon serves one person's programs: two event loops and
+    /// A per-user daemon serves one person's programs: one event loop and
     /// a small pool for blocking work (fsync, the keyring) whatever the
     /// machine's core count, and two malloc arenas, so its memory neither
     /// scales with the cores nor stays high after a burst. Before any of
     /// NIO's singletons exist.
+    ///
+    /// One loop, as ssh-agent has one thread: a second one on the same two
+    /// cores as 64 busy clients was preempted about once per request, and
+    /// one loop answers more of them, sooner, with fewer context switches.
     static func sizeForOneUser() {
-        NIOSingletons.groupLoopCountSuggestion = min(System.coreCount, 2)
+        NIOSingletons.groupLoopCountSuggestion = 1
         NIOSingletons.blockingPoolThreadCountSuggestion = 4
         _ = vault_limit_malloc_arenas(2)
     }

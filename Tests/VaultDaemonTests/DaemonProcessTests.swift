@@ -119,4 +119,24 @@ struct DaemonProcessTests {
         #expect(second.output.contains("the key does not open the vault file"))
         #expect(FileManager.default.contents(atPath: vault) == bytes)
     }
+
+    /// Sized for one user, not for the machine: one event loop and four
+    /// threads for blocking work, however many cores there are.
+    @Test func oneEventLoopWhateverTheCores() async throws {
+        let folder = try temporaryFolder()
+        let daemon = try DaemonProcess(folder: folder)
+        #expect(await daemon.waitForLog("listening"))
+        #expect(try await LineClient(path: daemon.socketPath).call(#"{"id":1,"op":"hello"}"#)?["ok"] as? Bool == true)
+        let tasks = "/proc/\(daemon.pid)/task"
+        let names = try FileManager.default.contentsOfDirectory(atPath: tasks).map {
+            try String(contentsOfFile: "\(tasks)/\($0)/comm", encoding: .utf8).trimmingCharacters(in: .newlines)
+        }
+        // NIO names its threads "NIO-SGLTN-<group>-#<n>" and "NIO-SGLTN-TP-#<n>",
+        // cut to the kernel's 15 characters.
+        let pool = names.filter { $0.contains("TP-#") }
+        let loops = names.filter { $0.contains("SGLTN-") && !$0.contains("TP-#") }
+        #expect(loops.count == 1, "event loops: \(loops)")
+        #expect(pool.count == 4, "blocking pool: \(pool)")
+        #expect(await daemon.terminate() == 0)
+    }
 }
