@@ -138,7 +138,7 @@ stop_vaultd() {
 # instructions included, with a write of its own: into a file, the set-up
 # had written 14 GB and not finished after 20 minutes, vaultd missing its
 # deadlines. Through a pipe that keeps only the data accesses, it takes
-# about a minute and 0.5 GB.
+# about a minute and 0.5-0.6 GB.
 exec 9> >(LC_ALL=C grep -v '^I' >"$work/vaultd.lackey")
 filter=$!
 # The trace is marked a second after the set-up, when grep has written what
@@ -205,7 +205,7 @@ def functions(program, profiles):
 def traced(trace, start=0, end=None):
     """The addresses (to 8 bytes) a lackey trace read or wrote between two
     of its byte offsets, in the program's first 64 MB. The trace is large
-    (about 0.6 GB for vaultd): it is read in blocks."""
+    (0.5-0.6 GB for vaultd): it is read in blocks."""
     access = re.compile(rb"^ [LSM] (0[0-3][0-9a-f]{6}),", re.M)
     addresses, rest = set(), b""
     with open(trace, "rb") as lines:

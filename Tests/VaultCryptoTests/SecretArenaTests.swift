@@ -18,7 +18,6 @@ private func mappingCount() -> Int? {
 
 private let hasProcMaps = mappingCount() != nil
 
-/// The `VmFlags` of the mapping that holds `address`, from /proc/self/smaps.
 /// The size of the mapping that holds `address`, from /proc/self/maps.
 private func mappingBytes(at address: UInt) -> Int? {
     guard let file = fopen("/proc/self/maps", "r") else { return nil }
@@ -34,6 +33,7 @@ private func mappingBytes(at address: UInt) -> Int? {
     return nil
 }
 
+/// The `VmFlags` of the mapping that holds `address`, from /proc/self/smaps.
 private func mappingFlags(at address: UInt) -> [Substring]? {
     guard let file = fopen("/proc/self/smaps", "r") else { return nil }
     defer { fclose(file) }
