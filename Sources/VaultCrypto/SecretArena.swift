@@ -12,7 +12,7 @@ import Synchronization
 /// one size class (a power of two from 32 to 8,192 bytes). A class's first
 /// region is the fewest pages that hold one slot, and each next one twice its
 /// last, up to 128 KiB: a vault of a few accounts locks one page per class in
-/// use, not 128 KiB.
+/// use (two and three for the 4 and 8 KiB classes), not 128 KiB.
 /// A slot holds the secret's `count` bytes, then a 16-byte canary, then zeros.
 /// Freeing checks the canary, stopping the process if an overrun changed it,
 /// and zeroes the whole slot before it goes back on its class's free list.
