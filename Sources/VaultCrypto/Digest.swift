@@ -17,3 +17,18 @@ public func randomBytes(_ count: Int) throws(SodiumError) -> [UInt8] {
     randombytes_buf(&bytes, count)
     return bytes
 }
+
+/// A random identifier: `prefix` then `count` random bytes in lower-case
+/// hex, never shorter. libsodium's CSPRNG, or the system's (getrandom) when
+/// libsodium could not start; ids of flows, shares and accounts all come from here.
+public func randomID(_ prefix: String, bytes count: Int) -> String {
+    var generator = SystemRandomNumberGenerator()
+    let bytes = (try? randomBytes(count)) ?? (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
+    let hex = Array("0123456789abcdef".utf8)
+    var text = Array(prefix.utf8)
+    for byte in bytes {
+        text.append(hex[Int(byte >> 4)])
+        text.append(hex[Int(byte & 0x0F)])
+    }
+    return String(decoding: text, as: UTF8.self)
+}

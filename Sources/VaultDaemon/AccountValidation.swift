@@ -1,8 +1,29 @@
 import FoundationEssentials
+import VaultCrypto
+import VaultOIDC
 import VaultProtocol
 
 /// The checks an account's configuration passes before it is stored.
 enum AccountValidation {
+    /// A loaded account: the same rules, with a message that names the file.
+    static func validate(_ c: AccountConfiguration, in file: String) throws(VaultError) {
+        do throws(VaultError) {
+            try Self.validate(c)
+            if let identity = c.identity {
+                guard identity.utf8.count <= 64, identity.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+                    throw VaultError(.badRequest, "an account's 'identity' is at most 64 printable characters")
+                }
+            }
+        } catch {
+            throw VaultError(.internalError, "\(file) holds an account vaultd refuses: \(error.message); fix or remove it, then start vaultd again")
+        }
+    }
+
+    /// A new account identity.
+    static func newIdentity() -> String {
+        randomID("a-", bytes: 12)
+    }
+
     static func validate(_ c: AccountConfiguration) throws(VaultError) {
         guard Self.isValidName(c.name) else {
             throw VaultError(
@@ -24,10 +45,10 @@ enum AccountValidation {
             throw VaultError(.badRequest, "'refresh_ahead' is a percentage of a token's lifetime from 10 to 100 (100: refresh only at expiry)")
         }
         if let redirect = c.redirectURI {
-            guard let url = URL(string: redirect), url.scheme == "http", let host = url.host, Self.isLoopback(host),
+            guard let url = URL(string: redirect), url.scheme == "http", let host = url.host, Loopback.isAddress(host),
                 url.port != nil
             else {
-                throw VaultError(.badRequest, "'redirect_uri' must be a loopback URI with a port, like http://127.0.0.1:8400/callback")
+                throw VaultError(.badRequest, "'redirect_uri' must be a loopback URI with a port, like http://127.0.0.1:8400/callback or http://[::1]:8400/callback")
             }
         }
     }
@@ -45,13 +66,9 @@ enum AccountValidation {
         else {
             throw VaultError(.badRequest, "'issuer' must be an absolute URL without query or fragment")
         }
-        guard scheme == "https" || (scheme == "http" && Self.isLoopback(host)) else {
-            throw VaultError(.badRequest, "'issuer' must use https (plain http only on 127.0.0.1, [::1] or localhost)")
+        guard scheme == "https" || (scheme == "http" && Loopback.isAddress(host)) else {
+            throw VaultError(.badRequest, "'issuer' must use https (plain http only on 127.0.0.1 or [::1]; not localhost, a name another local user may answer for)")
         }
-    }
-
-    static func isLoopback(_ host: String) -> Bool {
-        ["127.0.0.1", "::1", "[::1]", "localhost"].contains(host)
     }
 
     private static func isAlphanumeric(_ byte: UInt8) -> Bool {

@@ -228,14 +228,45 @@ extension Broker {
         }
         let now = self.clock.now()
         if let rotated {
-            var secrets = self.accounts[name]?.secrets ?? AccountSecrets()
-            secrets.refreshToken = rotated
-            if let idToken = response.idToken { secrets.idToken = idToken }
             // Memory follows the issuer at once: the old token is spent either way.
-            self.accounts[name]?.secrets = secrets
-            let rotatedSecrets = secrets
+            self.accounts[name]?.secrets.refreshToken = rotated
+        }
+        // An ID token is validated before anything of it is kept or sent: a
+        // refused one is neither stored, nor shown by `claims`, nor used as
+        // an `id_token_hint`. A refreshed one must name the same subject
+        // (OIDC Core §12.2; `iss` and `aud` are checked against the account's).
+        var validated: StoredClaims?
+        var refused: VaultError?
+        if let idToken = response.idToken {
+            do throws(ProviderError) {
+                let claims = try await self.oidc.validateIDToken(
+                    idToken,
+                    clientID: configuration.clientID,
+                    nonce: nil,
+                    metadata: metadata,
+                    now: now
+                )
+                if let subject = account.claims?.value?["sub"]?.stringValue, claims["sub"]?.stringValue != subject {
+                    throw .untrusted(reason: "the refreshed ID token names another subject than the signed-in one")
+                }
+                validated = StoredClaims(claims, of: idToken)
+            } catch {
+                self.logger.warning("ID token refused", metadata: ["account": "\(name)", "reason": "\(error)"])
+                refused = VaultError(error, account: name)
+            }
+            guard self.accounts[name]?.generation == generation else {
+                return .failure(self.discard(name, rotated: rotated, client: client, metadata: metadata))
+            }
+        }
+        if let validated, let idToken = response.idToken {
+            self.accounts[name]?.claims = validated
+            // Written with a rotated refresh token; else kept in memory until the next write.
+            if rotated != nil || self.accounts[name]?.secrets.idToken == nil { self.accounts[name]?.secrets.idToken = idToken }
+        }
+        if rotated != nil {
+            let secrets = self.accounts[name]?.secrets ?? AccountSecrets()
             do {
-                try await self.stored { store throws(StoreError) in try await store.save(rotatedSecrets, for: name) }
+                try await self.stored { store throws(StoreError) in try await store.save(secrets, for: name) }
             } catch {
                 self.logger.error("rotated refresh token not saved", metadata: ["account": "\(name)", "reason": "\(error.message)"])
                 return .failure(
@@ -250,28 +281,7 @@ extension Broker {
                 return .failure(self.discard(name, rotated: rotated, client: client, metadata: metadata))
             }
         }
-        if let idToken = response.idToken {
-            let claims: JSONValue
-            do {
-                claims = try await self.oidc.validateIDToken(
-                    idToken,
-                    clientID: configuration.clientID,
-                    nonce: nil,
-                    metadata: metadata,
-                    now: now
-                )
-            } catch {
-                self.logger.warning("ID token refused", metadata: ["account": "\(name)", "reason": "\(error)"])
-                return .failure(VaultError(error, account: name))
-            }
-            guard self.accounts[name]?.generation == generation else {
-                return .failure(self.discard(name, rotated: rotated, client: client, metadata: metadata))
-            }
-            self.accounts[name]?.claims = StoredClaims(claims, of: idToken)
-            if self.accounts[name]?.secrets.idToken == nil {
-                self.accounts[name]?.secrets.idToken = idToken
-            }
-        }
+        if let refused { return .failure(refused) }
         let token = CachedToken(
             accessToken: response.accessToken,
             issuedAt: now,

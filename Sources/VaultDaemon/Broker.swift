@@ -38,6 +38,8 @@ public actor Broker {
     /// The last generation handed out; generations are unique across
     /// accounts and their re-creations, so no two sign-ins share one.
     var lastGeneration = 0
+    /// Accounts loaded without an identity were given one that accounts.json does not hold yet.
+    var identitiesToSave = false
 
     struct Account {
         var configuration: AccountConfiguration
@@ -84,7 +86,14 @@ public actor Broker {
         self.logger = logger
         var shared = SharedText()
         for loaded in try directory.load() {
-            let configuration = shared.share(loaded)
+            // What a neighbour could have written is held to the rules account.add holds a client to.
+            try AccountValidation.validate(loaded, in: directory.path)
+            var configuration = shared.share(loaded)
+            if configuration.identity == nil {
+                // An accounts.json from before identities: one is given now and written at the next save.
+                configuration.identity = AccountValidation.newIdentity()
+                self.identitiesToSave = true
+            }
             self.lastGeneration += 1
             self.accounts[configuration.name] = Account(configuration: configuration, generation: self.lastGeneration)
             self.cache.configure(configuration)
@@ -93,6 +102,10 @@ public actor Broker {
 
     /// Loads every account's secrets into memory; a locked store loads nothing.
     public func start() async throws(VaultError) {
+        if self.identitiesToSave {
+            try await self.saveDirectory()
+            self.identitiesToSave = false
+        }
         guard !self.store.isLocked else {
             self.logger.notice("vault is locked; waiting for unlock")
             return
@@ -146,10 +159,22 @@ public actor Broker {
         )
     }
 
+    /// The configurations of the accounts `names`, for a share to bind to.
+    func configurations(_ names: [String]) throws(VaultError) -> [AccountConfiguration] {
+        var found: [AccountConfiguration] = []
+        for name in names {
+            guard let configuration = self.accounts[name]?.configuration else { throw VaultError.unknownAccount(name) }
+            found.append(configuration)
+        }
+        return found
+    }
+
     public func add(_ addition: AccountAddition) async throws(VaultError) -> AccountResult {
         var shared = SharedText(self.accounts.values.lazy.map(\.configuration))
-        let configuration = shared.share(addition.configuration)
+        var configuration = shared.share(addition.configuration)
         try AccountValidation.validate(configuration)
+        // The identity is vaultd's to give, never the client's.
+        configuration.identity = AccountValidation.newIdentity()
         let name = configuration.name
         guard self.accounts[name] == nil else {
             throw VaultError(

@@ -107,6 +107,11 @@ public final class Daemon: Service, Sendable {
     /// starts the broker. Nothing listens yet.
     public init(_ configuration: Configuration, logger: Logger) async throws {
         let paths = configuration.paths
+        // What is read from these folders says where refresh tokens go and
+        // holds them sealed: no other user may be able to write any of it.
+        try PrivateFolder.check(paths.stateDirectory, role: "the state folder")
+        try PrivateFolder.check(paths.configDirectory, role: "the config folder")
+        for file in [paths.accountsFile, paths.vaultFile] { try PrivateFolder.checkFile(file) }
         try FileSystem.ensurePrivateDirectory(paths.stateDirectory)
         let lock = try LockFile(path: paths.lockFile)
         if configuration.ownsSocketFolder {

@@ -47,17 +47,15 @@ public struct Dispatcher: Sendable {
             self.logger.debug("request refused", metadata: ["code": "\(error.code)", "peer": "\(peer.pid)"])
             return .ready(Response(id: id, error: error))
         }
-        if let grant = self.grant {
-            switch Self.narrow(command, to: grant) {
-            case .success(let narrowed): command = narrowed
-            case .failure(let error): return .ready(Response(id: id, error: error))
-            }
-            if case .status = command {
-                return self.later(id) { () throws(VaultError) in
-                    var status = await self.broker.status()
-                    status.accounts.removeAll { !grant.accounts.contains($0.name) }
-                    return status
-                }
+        // The gate: what this door lets the request be, before anything runs.
+        switch Gate.admit(command, through: self.grant, identity: self.broker.cache.identity(of:)) {
+        case .success(let admitted): command = admitted
+        case .failure(let error): return .ready(Response(id: id, error: error))
+        }
+        if let grant = self.grant, case .status = command {
+            let cache = self.broker.cache
+            return self.later(id) { () throws(VaultError) in
+                Gate.visible(await self.broker.status(), through: grant, identity: cache.identity(of:))
             }
         }
         switch command {
@@ -68,8 +66,14 @@ public struct Dispatcher: Sendable {
         case .accountAdd(let addition):
             return self.later(id) { () throws(VaultError) in try await self.broker.add(addition) }
         case .accountRemove(let name):
-            // The broker ends the account's sign-ins first, as sign-out does.
-            return self.later(id) { () throws(VaultError) in try await self.broker.remove(name) }
+            // The broker ends the account's sign-ins first, as sign-out does;
+            // then every share that holds the account ends.
+            return self.later(id) { () throws(VaultError) in
+                let identity = self.broker.cache.identity(of: name)
+                let removed = try await self.broker.remove(name)
+                if let identity { await self.shares.end(holding: identity) }
+                return removed
+            }
         case .lock:
             return self.later(id) { () throws(VaultError) in
                 await self.broker.lock()
@@ -89,8 +93,13 @@ public struct Dispatcher: Sendable {
                     let broker = self.broker
                     Task { await broker.refreshAhead(token.account, scopes: token.scopes) }
                 }
-                self.audit(token.account, peer)
-                return .ready(Response(id: id, result))
+                switch Gate.release(result, of: token.account, through: self.grant) {
+                case .success(let released):
+                    self.audit(token.account, peer)
+                    return .ready(Response(id: id, released))
+                case .failure(let error):
+                    return .ready(Response(id: id, error: error))
+                }
             case .forbidden:
                 return .ready(Response(id: id, error: VaultError.forbidden(token.account)))
             case .miss:
@@ -120,8 +129,8 @@ public struct Dispatcher: Sendable {
             return self.later(id) { () throws(VaultError) in try await self.broker.releaseRefreshToken(account: account, for: peer) }
         case .shareOpen(let open):
             return self.later(id) { () throws(VaultError) in
-                let known = Set(await self.broker.status().accounts.map(\.name))
-                return try await self.shares.open(open, known: known, dispatcher: self)
+                let known = try await self.broker.configurations(open.accounts)
+                return try await self.shares.open(open, accounts: known, dispatcher: self)
             }
         case .shareList:
             return self.later(id) { () throws(VaultError) in await self.shares.list() }
@@ -142,7 +151,7 @@ public struct Dispatcher: Sendable {
     }
 
     private func releaseToken(_ request: TokenRequest, _ peer: Peer) async throws(VaultError) -> TokenResult {
-        let result = try await self.broker.token(request, for: peer)
+        let result = try Gate.release(try await self.broker.token(request, for: peer), of: request.account, through: self.grant).get()
         self.audit(request.account, peer)
         return result
     }
@@ -159,38 +168,6 @@ public struct Dispatcher: Sendable {
         metadata["account"] = "\(account)"
         if let share { metadata["share"] = "\(share)" }
         return metadata
-    }
-
-    /// What a share's socket lets through, narrowed to the share: a token of
-    /// its accounts within its scopes, its accounts' events, hello and
-    /// status. Anything else is `forbidden`, and an account outside the share
-    /// is refused the same way whether it exists or not.
-    static func narrow(_ command: Command, to grant: ShareGrant) -> Result<Command, VaultError> {
-        switch command {
-        case .hello, .status:
-            return .success(command)
-        case .token(var token):
-            guard grant.accounts.contains(token.account) else { return .failure(Self.notShared(token.account)) }
-            if let scopes = grant.scopes {
-                if let asked = token.scopes {
-                    guard Set(asked).isSubset(of: scopes) else {
-                        return .failure(VaultError(.forbidden, "this share serves only the scopes \(scopes.joined(separator: " "))"))
-                    }
-                } else {
-                    token.scopes = scopes
-                }
-            }
-            return .success(.token(token))
-        case .subscribe(let accounts):
-            let wanted = accounts.map { grant.accounts.intersection($0) } ?? grant.accounts
-            return .success(.subscribe(accounts: wanted.sorted()))
-        default:
-            return .failure(VaultError(.forbidden, "a shared socket serves only hello, status, token and subscribe"))
-        }
-    }
-
-    static func notShared(_ account: String) -> VaultError {
-        VaultError(.forbidden, "this shared socket does not serve '\(account)'")
     }
 
     private func later(

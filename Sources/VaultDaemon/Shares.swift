@@ -3,15 +3,6 @@ import NIOCore
 import VaultCrypto
 import VaultProtocol
 
-/// What a share's socket lets through: `hello`, `token` for its accounts
-/// (within its scopes), `status` of its accounts and `subscribe` to their
-/// events. Everything else, and every other account, is `forbidden`.
-public struct ShareGrant: Sendable {
-    public let id: String
-    public let accounts: Set<String>
-    public let scopes: [String]?
-}
-
 /// The shares vaultd serves: extra sockets (for a container's bind mount or
 /// `ssh -R`), each with its own listener and grant. They live in memory and
 /// end at their ttl, on `share.close`, or when vaultd stops; an ending share
@@ -19,6 +10,7 @@ public struct ShareGrant: Sendable {
 public actor Shares {
     private struct Entry {
         let result: ShareResult
+        let grant: ShareGrant
         let server: SocketServer
         let expiry: Task<Void, Never>?
     }
@@ -39,18 +31,23 @@ public actor Shares {
 
     public var isEmpty: Bool { self.entries.isEmpty }
 
-    func open(_ request: ShareOpen, known: Set<String>, dispatcher: Dispatcher) async throws(VaultError) -> ShareResult {
-        for name in request.accounts where !known.contains(name) { throw VaultError.unknownAccount(name) }
-        guard !self.entries.values.contains(where: { $0.result.socket == request.socket }) else {
-            throw VaultError(.badRequest, "a share already serves \(request.socket); close it with: vaultctl unshare \(request.socket)")
+    func open(_ request: ShareOpen, accounts configurations: [AccountConfiguration], dispatcher: Dispatcher) async throws(VaultError) -> ShareResult {
+        let socket = try SocketPath.normalized(request.socket)
+        guard !self.entries.values.contains(where: { $0.result.socket == socket }) else {
+            throw VaultError(.badRequest, "a share already serves \(socket); close it with: vaultctl unshare \(socket)")
         }
         guard self.entries.count < Self.maximumShares else {
             throw VaultError(.overloaded, "vaultd serves \(Self.maximumShares) shares already; close one with: vaultctl unshare ID")
         }
-        let id = "s-" + ((try? randomBytes(6)) ?? []).map { String(UInt16($0) | 0x100, radix: 16).dropFirst() }.joined()
-        let accounts = Array(Set(request.accounts)).sorted()
-        let grant = ShareGrant(id: id, accounts: Set(accounts), scopes: request.scopes)
-        var configuration = SocketServer.Configuration(path: request.socket)
+        let id = randomID("s-", bytes: 6)
+        var granted: [String: ShareGrant.Account] = [:]
+        for configuration in configurations {
+            guard let identity = configuration.identity else { throw VaultError.unknownAccount(configuration.name) }
+            granted[configuration.name] = ShareGrant.Account(identity: identity, scopes: request.scopes ?? configuration.scopes)
+        }
+        let accounts = granted.keys.sorted()
+        let grant = ShareGrant(id: id, accounts: granted, scopes: request.scopes)
+        var configuration = SocketServer.Configuration(path: socket)
         configuration.maximumConnections = Self.maximumConnections
         let server: SocketServer
         do {
@@ -66,11 +63,11 @@ public actor Shares {
                 await self.end(id, reason: "expired")
             }
         }
-        let result = ShareResult(share: id, socket: request.socket, accounts: accounts, scopes: request.scopes, expiresAt: expiresAt)
-        self.entries[id] = Entry(result: result, server: server, expiry: expiry)
+        let result = ShareResult(share: id, socket: socket, accounts: accounts, scopes: request.scopes, expiresAt: expiresAt)
+        self.entries[id] = Entry(result: result, grant: grant, server: server, expiry: expiry)
         self.logger.notice(
             "share opened",
-            metadata: ["share": "\(id)", "socket": "\(request.socket)", "accounts": "\(accounts)", "ttl": "\(request.ttl.map(String.init) ?? "none")"]
+            metadata: ["share": "\(id)", "socket": "\(socket)", "accounts": "\(accounts)", "ttl": "\(request.ttl.map(String.init) ?? "none")"]
         )
         return result
     }
@@ -83,13 +80,21 @@ public actor Shares {
         let id: String?
         switch target {
         case .id(let wanted): id = self.entries[wanted] != nil ? wanted : nil
-        case .socket(let path): id = self.entries.first { $0.value.result.socket == path }?.key
+        case .socket(let path):
+            let path = try SocketPath.normalized(path)
+            id = self.entries.first { $0.value.result.socket == path }?.key
         }
         guard let id else {
             throw VaultError(.badRequest, "there is no such share; see: vaultctl share --list")
         }
         await self.end(id, reason: "closed")
         return EmptyResult()
+    }
+
+    /// Ends every share that holds the account `identity` (it was removed).
+    func end(holding identity: String) async {
+        let holding = self.entries.filter { $0.value.grant.accounts.values.contains { $0.identity == identity } }
+        for id in holding.keys.sorted() { await self.end(id, reason: "an account it shares was removed") }
     }
 
     /// Ends every share (vaultd is stopping).
@@ -103,5 +108,21 @@ public actor Shares {
         await entry.server.close()
         entry.server.closeConnections()
         self.logger.notice("share ended", metadata: ["share": "\(id)", "reason": "\(reason)"])
+    }
+}
+
+/// A share's socket path as vaultd keeps and compares it: absolute, with no
+/// `.` or `..` and no doubled or trailing `/`, so one socket has one name.
+enum SocketPath {
+    static func normalized(_ path: String) throws(VaultError) -> String {
+        // The message names no path vaultd made up: its working directory is not the client's business.
+        guard path.hasPrefix("/") else {
+            throw VaultError(.badRequest, "'socket' must be an absolute path, like $XDG_RUNTIME_DIR/tokenvault/share.sock")
+        }
+        let parts = path.split(separator: "/", omittingEmptySubsequences: true)
+        guard !parts.isEmpty, !parts.contains(where: { $0 == "." || $0 == ".." }) else {
+            throw VaultError(.badRequest, "'socket' must name a socket file without '.' or '..' in its path")
+        }
+        return "/" + parts.joined(separator: "/")
     }
 }

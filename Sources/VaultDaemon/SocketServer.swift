@@ -73,27 +73,46 @@ public final class SocketServer: Sendable {
         if let inherited = configuration.inherited {
             let channel = try await bootstrap.withBoundSocket(inherited).get()
             logger.info("listening", metadata: ["socket": "\(configuration.path)", "activation": "systemd"])
-            return SocketServer(configuration: configuration, channel: channel, connections: connections, open: open, logger: logger)
+            return SocketServer(configuration: configuration, channel: channel, connections: connections, open: open, made: nil, logger: logger)
         }
         // Until the chmod the socket has the umask's mode, which gives no
         // other user write access, so none can connect; SO_PEERCRED checks anyway.
         let channel = try await bootstrap.bind(unixDomainSocketPath: configuration.path).get()
-        guard chmod(configuration.path, 0o600) == 0 else {
+        var info = stat()
+        guard chmod(configuration.path, 0o600) == 0, lstat(configuration.path, &info) == 0 else {
             try? await channel.close()
             throw ServerError("cannot set mode 0600 on \(configuration.path)")
         }
         logger.info("listening", metadata: ["socket": "\(configuration.path)"])
-        return SocketServer(configuration: configuration, channel: channel, connections: connections, open: open, logger: logger)
+        return SocketServer(
+            configuration: configuration,
+            channel: channel,
+            connections: connections,
+            open: open,
+            made: SocketFile(device: UInt64(info.st_dev), inode: UInt64(info.st_ino)),
+            logger: logger
+        )
     }
 
     private let connections: ConnectionCount
     private let open: OpenChannels
+    /// The socket file this server made (nil: systemd's), so that closing
+    /// removes that file and never another put at its path since.
+    private let made: SocketFile?
 
-    private init(configuration: Configuration, channel: any Channel, connections: ConnectionCount, open: OpenChannels, logger: Logger) {
+    private init(
+        configuration: Configuration,
+        channel: any Channel,
+        connections: ConnectionCount,
+        open: OpenChannels,
+        made: SocketFile?,
+        logger: Logger
+    ) {
         self.configuration = configuration
         self.channel = channel
         self.connections = connections
         self.open = open
+        self.made = made
         self.logger = logger
     }
 
@@ -111,10 +130,20 @@ public final class SocketServer: Sendable {
     /// Seconds since the last connection closed or request ended, when none is open now.
     public var idleSince: ContinuousClock.Instant? { self.connections.idleSince }
 
-    /// Stops accepting and removes the socket file (unless systemd owns it).
+    /// Stops accepting and removes the socket file it made (not systemd's,
+    /// and not whatever another program put at the path since).
     public func close() async {
         try? await self.channel.close()
-        if self.configuration.inherited == nil { unlink(self.configuration.path) }
+        if let made = self.made {
+            var info = stat()
+            if lstat(self.configuration.path, &info) == 0, info.st_mode & S_IFMT == S_IFSOCK,
+                UInt64(info.st_dev) == made.device, UInt64(info.st_ino) == made.inode
+            {
+                unlink(self.configuration.path)
+            } else {
+                self.logger.notice("socket file replaced by another; left in place", metadata: ["socket": "\(self.configuration.path)"])
+            }
+        }
         self.logger.info("socket closed", metadata: ["socket": "\(self.configuration.path)"])
     }
 
@@ -163,6 +192,12 @@ public final class SocketServer: Sendable {
             throw error
         }
     }
+}
+
+/// A file's place on disk: what tells one file from another put at the same path.
+struct SocketFile: Sendable {
+    let device: UInt64
+    let inode: UInt64
 }
 
 /// The socket could not be set up; `description` says why and what to do.
@@ -241,7 +276,8 @@ enum SocketPreparation {
         guard path.utf8.count < 108 else {
             throw ServerError("the socket path \(path) is longer than the 107 bytes a Unix socket allows")
         }
-        try Self.checkFolder(FileSystem.directory(of: path))
+        let folder = FileSystem.directory(of: path)
+        try PrivateFolder.check(folder.hasPrefix("/") ? folder : Self.currentDirectory() + "/" + folder, role: "the socket's folder")
         var info = stat()
         guard lstat(path, &info) == 0 else { return }
         guard info.st_mode & S_IFMT == S_IFSOCK else {
@@ -253,60 +289,7 @@ enum SocketPreparation {
         unlink(path)
     }
 
-    /// Makes `folder` (0700) when it is missing, then checks it and every
-    /// folder above it, as OpenSSH's `safe_path` checks the folders of its key
-    /// files, all the way to `/`: each must be a folder, not a symbolic link
-    /// (none is followed), owned by the user (or root, for those above), and
-    /// not writable by group or others. A root-owned sticky folder above, such
-    /// as `/tmp`, passes: no one else can rename or remove what the user keeps
-    /// in it. Checked from the top down, so once a folder passes no other
-    /// user can change what the checks below it see.
-    static func checkFolder(_ folder: String) throws {
-        let absolute = folder.hasPrefix("/") ? folder : Self.currentDirectory() + "/" + folder
-        let components = absolute.split(separator: "/")
-        var path = ""
-        for index in -1..<components.count {
-            path += index < 0 ? "/" : (index == 0 ? "" : "/") + components[index]
-            var info = stat()
-            if lstat(path, &info) != 0 {
-                guard errno == ENOENT, mkdir(path, 0o700) == 0 || errno == EEXIST, lstat(path, &info) == 0 else {
-                    throw ServerError("cannot create the socket's folder \(path): \(String(cString: strerror(errno)))")
-                }
-            }
-            try Self.check(path, info, isSocketFolder: index == components.count - 1)
-        }
-    }
-
-    private static func check(_ path: String, _ info: stat, isSocketFolder: Bool) throws {
-        let me = getuid()
-        let mode = String(info.st_mode & 0o7777, radix: 8)
-        guard info.st_mode & S_IFMT != S_IFLNK else {
-            throw ServerError(
-                "\(path) is a symbolic link; vaultd follows none in the socket's path: give --socket the real folder"
-            )
-        }
-        guard info.st_mode & S_IFMT == S_IFDIR else {
-            throw ServerError("\(path) is not a folder; choose another --socket")
-        }
-        if isSocketFolder {
-            guard info.st_uid == me else {
-                throw ServerError(
-                    "the socket's folder \(path) belongs to uid \(info.st_uid), not to vaultd's user (uid \(me)); choose a folder of your own"
-                )
-            }
-        } else if info.st_uid != me && info.st_uid != 0 {
-            throw ServerError(
-                "\(path), above the socket, belongs to uid \(info.st_uid); every folder above the socket must be yours (uid \(me)) or root's"
-            )
-        }
-        let sharedButSticky = !isSocketFolder && info.st_uid == 0 && info.st_mode & S_ISVTX != 0
-        guard info.st_mode & 0o022 == 0 || sharedButSticky else {
-            throw ServerError(
-                "\(path) is writable by its group or others (mode \(mode)), so another user could replace the socket; run: chmod go-w \(path)"
-            )
-        }
-    }
-
+    /// vaultd's own working directory, for a relative `--socket`.
     private static func currentDirectory() -> String {
         guard let raw = getcwd(nil, 0) else { return "." }
         defer { free(raw) }

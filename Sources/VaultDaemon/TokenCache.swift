@@ -9,6 +9,7 @@ public final class TokenCache: Sendable {
     private let state = Mutex<[String: Entry]>([:])
 
     struct Entry {
+        var identity: String?
         var allowedClients: [String]
         var defaultKey: String
         var tokens: [String: CachedToken] = [:]
@@ -63,11 +64,17 @@ public final class TokenCache: Sendable {
         self.state.withLock { entries in
             let tokens = entries[configuration.name]?.tokens ?? [:]
             entries[configuration.name] = Entry(
+                identity: configuration.identity,
                 allowedClients: configuration.allowedClients,
                 defaultKey: Self.key(configuration.scopes),
                 tokens: tokens
             )
         }
+    }
+
+    /// The identity of the account of that name now; nil when there is none.
+    public func identity(of account: String) -> String? {
+        self.state.withLock { $0[account]?.identity }
     }
 
     func store(_ token: CachedToken, account: String, key: String) {

@@ -47,6 +47,34 @@ extension VaultError {
         VaultError(.forbidden, "this program may not use '\(name)'; the account's allowed_clients (in accounts.json) name the programs that may")
     }
 
+    // MARK: What a share refuses (the gate, Gate.swift)
+
+    /// An account outside the share, or no longer the account shared: the
+    /// same words whether it exists or not, so a share reveals no names.
+    static func notShared(_ name: String) -> VaultError {
+        VaultError(.forbidden, "this shared socket does not serve '\(name)'")
+    }
+
+    static let shareServesOnly = VaultError(.forbidden, "a shared socket serves only hello, status, token and subscribe")
+
+    static let shareCannotForceRefresh = VaultError(
+        .forbidden,
+        "a shared socket cannot force a refresh; ask again without force_refresh (the vault refreshes before a token expires)"
+    )
+
+    static func beyondShareScopes(_ granted: [String]) -> VaultError {
+        VaultError(.forbidden, "this share serves only the scopes \(granted.joined(separator: " "))")
+    }
+
+    /// The issuer's `scope` is not repeated: it is the issuer's text, of any length.
+    static func widerThanShared(_ name: String, granted: [String]) -> VaultError {
+        VaultError(
+            .forbidden,
+            "the issuer answered '\(name)' with scopes wider than this share grants (\(granted.joined(separator: " "))), "
+                + "so the token is withheld; share a scope set the issuer keeps to"
+        )
+    }
+
     static func idpUnavailable(_ name: String, reason: String, retryAfter: Double) -> VaultError {
         let milliseconds = Seconds.milliseconds(retryAfter)
         return VaultError(

@@ -114,7 +114,7 @@ public actor OIDCClient {
                 break
             }
         }
-        for endpoint in metadata.endpoints { try Self.requireSecure(endpoint) }
+        for endpoint in metadata.endpoints { try Self.requireSecure(endpoint, under: issuer) }
         self.discovered[issuer] = (metadata, now)
         return metadata
     }
@@ -362,14 +362,17 @@ public actor OIDCClient {
         String(url.prefix { $0 != "?" && $0 != "#" })
     }
 
-    /// https, or http on loopback only (RFC 8252 §8.3).
-    static func requireSecure(_ url: String) throws(ProviderError) {
+    /// https, or http on a loopback address only (RFC 8252 §8.3); an https
+    /// issuer's endpoints are all https, so no token of its travels in clear.
+    public static func requireSecure(_ url: String, under issuer: String? = nil) throws(ProviderError) {
         guard let parsed = URL(string: url), let scheme = parsed.scheme, let host = parsed.host else {
             throw .untrusted(reason: "an issuer URL is not valid")
         }
-        let loopback = ["127.0.0.1", "::1", "[::1]", "localhost"].contains(host)
-        guard scheme == "https" || (scheme == "http" && loopback) else {
-            throw .untrusted(reason: "the issuer uses plain http off loopback")
+        guard scheme == "https" || (scheme == "http" && Loopback.isAddress(host)) else {
+            throw .untrusted(reason: "the issuer uses plain http off loopback (a loopback issuer is named by 127.0.0.1 or [::1])")
+        }
+        if let issuer, issuer.hasPrefix("https:"), scheme != "https" {
+            throw .untrusted(reason: "the https issuer names a plain http endpoint")
         }
     }
 }

@@ -2,6 +2,11 @@
 /// to `$XDG_CONFIG_HOME/tokenvault/accounts.json` and shown on the wire.
 public struct AccountConfiguration: Hashable, Codable, Sendable {
     public var name: String
+    /// The account's identity, made by vaultd when the account is added and
+    /// never reused: a name can be removed and added again for another
+    /// issuer or client, and what was granted to the old one (a share) must
+    /// not reach the new one. Nil only before vaultd has given it one.
+    public var identity: String?
     public var issuer: String
     public var clientID: String
     public var scopes: [String]
@@ -39,6 +44,7 @@ public struct AccountConfiguration: Hashable, Codable, Sendable {
 
     enum CodingKeys: String, CodingKey {
         case name, issuer, scopes
+        case identity
         case clientID = "client_id"
         case allowedClients = "allowed_clients"
         case releaseRefreshToken = "release_refresh_token"
@@ -49,6 +55,7 @@ public struct AccountConfiguration: Hashable, Codable, Sendable {
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         self.name = try c.decode(String.self, forKey: .name)
+        self.identity = try c.decodeIfPresent(String.self, forKey: .identity)
         self.issuer = try c.decode(String.self, forKey: .issuer)
         self.clientID = try c.decode(String.self, forKey: .clientID)
         self.scopes = try c.decodeIfPresent([String].self, forKey: .scopes) ?? []

@@ -3,6 +3,7 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 import Synchronization
+import VaultOIDC
 
 /// The redirect listener of a browser sign-in (RFC 8252 §7.3): HTTP on
 /// 127.0.0.1 only, on a free port or the account's fixed one, opened just
@@ -47,11 +48,11 @@ final class LoopbackListener: Sendable {
         var path = "/callback"
         if let fixed {
             guard let components = URLComponents(string: fixed), components.scheme == "http",
-                let fixedHost = components.host, ["127.0.0.1", "::1", "[::1]", "localhost"].contains(fixedHost)
+                let fixedHost = components.host, Loopback.isAddress(fixedHost)
             else {
                 throw ListenerError("the account's redirect_uri must be http://127.0.0.1:PORT/PATH")
             }
-            host = fixedHost.contains(":") ? "::1" : "127.0.0.1"
+            host = Loopback.isIPv6(fixedHost) ? "::1" : "127.0.0.1"
             port = components.port ?? 80
             path = components.path.isEmpty ? "/" : components.path
         }

@@ -76,7 +76,6 @@ extension SignIns {
     }
 
     static func flowID() -> String {
-        let bytes = (try? randomBytes(8)) ?? (0..<8).map { _ in UInt8.random(in: 0...255) }
-        return "f-" + bytes.map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
+        randomID("f-", bytes: 8)
     }
 }

@@ -44,12 +44,20 @@ struct PendingTokenResponse: Sendable {
     var fields: [(String, JSONValue)]
     var claims: IDTokenClaims?
     var signingKey: SigningKey
+    /// Sent unsigned, with `alg: none`, as a forger would.
+    var unsigned = false
     /// Extra response headers (e.g. native auth's echoed `client-request-id`).
     var extraHeaders: [(String, String)] = []
 
     func render() async -> IssuerReply {
         var fields = self.fields
         if let claims {
+            if unsigned {
+                let header = IssuerState.base64URL(Array(#"{"alg":"none","typ":"JWT"}"#.utf8))
+                let payload = IssuerState.base64URL(Array((try? JSONEncoder().encode(claims)) ?? Data()))
+                fields.append(("id_token", .string(header + "." + payload + ".")))
+                return .json(.ok, .object(fields), headers: IssuerReply.noStore + extraHeaders)
+            }
             do {
                 let kid = JWKIdentifier(string: signingKey.kid)
                 let keys = JWTKeyCollection()
@@ -139,6 +147,12 @@ struct IssuerState: Sendable {
     var oauthMetadataIssuerOverride: String?
     var idTokenAudienceOverride: String?
     var signWithUnknownKey = false
+    /// ID tokens minted from now on carry this `sub` instead of the user's.
+    var idTokenSubjectOverride: String?
+    /// ID tokens minted from now on are unsigned (`alg: none`).
+    var unsignedIDTokens = false
+    /// Token answers from now on carry this `scope`, whatever was granted or asked.
+    var answeredScopeOverride: String?
     var behaviour: TokenBehaviour = .normal
     /// Per-path answers that replace the normal one (``EndpointFault``).
     var faults: [String: EndpointFault] = [:]
@@ -575,14 +589,14 @@ final class IssuerCore: Sendable {
                 s.refreshTokens[next] = successor
                 fields.append(("refresh_token", .string(next)))
             }
-            fields.append(("scope", .string(scope.joined(separator: " "))))
+            fields.append(("scope", .string(s.answeredScopeOverride ?? scope.joined(separator: " "))))
 
             var claims: IDTokenClaims?
             if scope.contains("openid") {
                 let issuedAt = Int(now)
                 claims = IDTokenClaims(
                     iss: s.idTokenIssuerOverride ?? s.issuer,
-                    sub: record.subject,
+                    sub: s.idTokenSubjectOverride ?? record.subject,
                     aud: s.idTokenAudienceOverride ?? clientID,
                     exp: issuedAt + lifetime,
                     iat: issuedAt,
@@ -595,7 +609,8 @@ final class IssuerCore: Sendable {
                 PendingTokenResponse(
                     fields: fields,
                     claims: claims,
-                    signingKey: s.signWithUnknownKey ? s.unknownKey : s.signingKey
+                    signingKey: s.signWithUnknownKey ? s.unknownKey : s.signingKey,
+                    unsigned: s.unsignedIDTokens
                 )
             )
         }

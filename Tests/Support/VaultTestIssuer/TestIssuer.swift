@@ -221,6 +221,23 @@ public final class TestIssuer: Sendable {
         }
     }
 
+    /// Faults of the ID tokens refreshes mint from now on; no arguments restores them.
+    /// - Parameters:
+    ///   - subject: the `sub` claim instead of the signed-in user's.
+    ///   - unsigned: send them unsigned, `alg: none`, as a forger would.
+    public func setIDTokenForgery(subject: String? = nil, unsigned: Bool = false) {
+        core.state.withLock { s in
+            s.idTokenSubjectOverride = subject
+            s.unsignedIDTokens = unsigned
+        }
+    }
+
+    /// The `scope` every refresh answer carries from now on, whatever was
+    /// granted or asked (an issuer that ignores or widens `scope`); nil restores it.
+    public func setAnsweredScope(_ scope: String?) {
+        core.state.withLock { $0.answeredScopeOverride = scope }
+    }
+
     /// Overrides for the discovery document served from now on; no arguments restores it.
     /// - Parameters:
     ///   - issuer: the `issuer` it names instead of ``issuer``.

@@ -1,0 +1,186 @@
+import Foundation
+import Glibc
+import Testing
+import VaultCrypto
+import VaultDaemon
+import VaultProtocol
+import VaultTestIssuer
+
+/// The one gate (Gate.swift): what each door of the vault lets out. Each
+/// test is a way a share served more than it granted before the gate.
+@Suite(.timeLimit(.minutes(1)))
+struct GateTests {
+    typealias Setup = IssuerAndVault
+
+    func setUp() async throws -> Setup {
+        let issuer = try await TestIssuer.start()
+        let vault = try await InProcessVault.start()
+        for name in ["work", "home"] {
+            _ = try await vault.broker.add(
+                AccountAddition(
+                    configuration: AccountConfiguration(
+                        name: name,
+                        issuer: issuer.issuer,
+                        clientID: TestIssuer.clientID,
+                        scopes: ["openid", "profile", "offline_access"]
+                    ),
+                    refreshToken: try SecretBytes(utf8: issuer.mintRefreshToken())
+                )
+            )
+        }
+        let folder = try temporaryFolder()
+        #expect(mkdir(folder + "/share", 0o700) == 0)
+        return Setup(issuer: issuer, vault: vault, folder: folder)
+    }
+
+    /// An issuer may answer a refresh with more than was asked (RFC 6749 §6
+    /// lets it ignore `scope`); a share withholds such a token.
+    @Test func aShareWithholdsATokenWiderThanItGrants() async throws {
+        try await using(self.setUp()) { setup in
+            let path = setup.folder + "/share/s.sock"
+            _ = try await setup.share(["work", "--socket", path, "--scope", "openid"])
+            setup.issuer.setAnsweredScope("openid admin:all")
+            let client = try LineClient(path: path)
+            let wide = try #require(await client.call(#"{"id":1,"op":"token","account":"work"}"#))
+            #expect(wide.errorCode == "forbidden", "\(wide)")
+            #expect(wide["access_token"] == nil)
+            let message = try #require((wide["error"] as? [String: Any])?["message"] as? String)
+            #expect(message.contains("wider than this share grants") && !message.contains("admin:all"), "\(message)")
+            // Cached now for the main socket, where the user asked: still withheld from the share.
+            let owner = try await setup.vault.broker.token(TokenRequest(account: "work", scopes: ["openid"]), for: testPeer)
+            #expect(owner.scope == "openid admin:all")
+            #expect(await client.call(#"{"id":2,"op":"token","account":"work"}"#)?.errorCode == "forbidden")
+            // An issuer that keeps to what was asked is served.
+            setup.issuer.setAnsweredScope(nil)
+            let narrow = try #require(await client.call(#"{"id":3,"op":"token","account":"work","scope":"openid","min_ttl":0}"#))
+            #expect(narrow.errorCode == "forbidden", "the cached wide token is still withheld: \(narrow)")
+        }
+    }
+
+    /// A share opened without `--scope` grants the account's configured scopes, not any string.
+    @Test func aShareWithoutScopesGrantsTheAccountsScopesOnly() async throws {
+        try await using(self.setUp()) { setup in
+            let path = setup.folder + "/share/s.sock"
+            _ = try await setup.share(["work", "--socket", path])
+            let client = try LineClient(path: path)
+            let other = try #require(await client.call(#"{"id":1,"op":"token","account":"work","scope":"openid admin:all"}"#))
+            #expect(other.errorCode == "forbidden", "\(other)")
+            #expect(setup.issuer.refreshCount == 0, "nothing was asked of the issuer")
+            let own = try #require(await client.call(#"{"id":2,"op":"token","account":"work","scope":"openid"}"#))
+            #expect(own["scope"] as? String == "openid", "\(own)")
+            let all = try #require(await client.call(#"{"id":3,"op":"token","account":"work"}"#))
+            #expect(all["scope"] as? String == "openid profile offline_access", "\(all)")
+        }
+    }
+
+    /// A share client cannot make the vault spend the refresh token at will.
+    @Test func aShareCannotForceRefreshes() async throws {
+        try await using(self.setUp()) { setup in
+            let path = setup.folder + "/share/s.sock"
+            _ = try await setup.share(["work", "--socket", path])
+            let client = try LineClient(path: path)
+            #expect(await client.call(#"{"id":1,"op":"token","account":"work"}"#)?["ok"] as? Bool == true)
+            let before = setup.issuer.refreshCount
+            let forced = try #require(await client.call(#"{"id":2,"op":"token","account":"work","force_refresh":true}"#))
+            #expect(forced.errorCode == "forbidden", "\(forced)")
+            for id in 3..<23 {
+                let long = try #require(await client.call(#"{"id":\#(id),"op":"token","account":"work","min_ttl":86400}"#))
+                #expect(long["ok"] as? Bool == true, "min_ttl is held to the default: \(long)")
+            }
+            #expect(setup.issuer.refreshCount == before, "no refresh was spent")
+        }
+    }
+
+    /// A share holds the account it shared, not a name: removing the
+    /// account ends the share, and a new account of that name is not served.
+    @Test func aShareEndsWithItsAccount() async throws {
+        try await using(self.setUp()) { setup in
+            let path = setup.folder + "/share/s.sock"
+            let kept = setup.folder + "/share/k.sock"
+            _ = try await setup.share(["work", "--socket", path])
+            _ = try await setup.share(["home", "--socket", kept])
+            let client = try LineClient(path: path)
+            #expect(await client.call(#"{"id":1,"op":"token","account":"work"}"#)?["ok"] as? Bool == true)
+            _ = try await setup.vault.broker.remove("work")
+            // Removed through the socket, as vaultctl does, the share ends with it.
+            _ = try await setup.vault.broker.add(
+                AccountAddition(
+                    configuration: AccountConfiguration(name: "work", issuer: setup.issuer.issuer, clientID: TestIssuer.clientID, scopes: ["openid"]),
+                    refreshToken: try SecretBytes(utf8: setup.issuer.mintRefreshToken())
+                )
+            )
+            // Through the broker the share was not ended: the gate still tells the new account from the old.
+            let replaced = try #require(await client.call(#"{"id":2,"op":"token","account":"work"}"#))
+            #expect(replaced.errorCode == "forbidden", "\(replaced)")
+            let status = try #require(await client.call(#"{"id":3,"op":"status"}"#))
+            #expect((status["accounts"] as? [[String: Any]])?.isEmpty == true, "\(status)")
+
+            let removed = try await runTool("vaultctl", ["account", "remove", "work"], environment: setup.environment)
+            #expect(removed.status == 0, "\(removed.stderr)")
+            let listed = try await runTool("vaultctl", ["share", "--list"], environment: setup.environment)
+            #expect(listed.stdout.contains(kept), "\(listed.stdout)")
+            // Re-add and share again, then remove through the socket: this share ends.
+            _ = try await setup.vault.broker.add(
+                AccountAddition(
+                    configuration: AccountConfiguration(name: "work", issuer: setup.issuer.issuer, clientID: TestIssuer.clientID, scopes: ["openid"]),
+                    refreshToken: try SecretBytes(utf8: setup.issuer.mintRefreshToken())
+                )
+            )
+            let again = setup.folder + "/share/a.sock"
+            _ = try await setup.share(["work", "--socket", again])
+            let second = try LineClient(path: again)
+            #expect(await second.call(#"{"id":1,"op":"token","account":"work"}"#)?["ok"] as? Bool == true)
+            let gone = try await runTool("vaultctl", ["account", "remove", "work"], environment: setup.environment)
+            #expect(gone.status == 0, "\(gone.stderr)")
+            #expect(await second.readLine() == nil, "the share's connections are closed")
+            #expect(!FileManager.default.fileExists(atPath: again), "its socket is removed")
+            #expect(FileManager.default.fileExists(atPath: kept), "a share of another account stays")
+        }
+    }
+
+    /// Signed out, a shared account serves nothing; `subscribe` outside the grant is refused.
+    @Test func aShareServesNothingSignedOutAndSubscribesOnlyItsAccounts() async throws {
+        try await using(self.setUp()) { setup in
+            let path = setup.folder + "/share/s.sock"
+            _ = try await setup.share(["work", "--socket", path])
+            let client = try LineClient(path: path)
+            #expect(await client.call(#"{"id":1,"op":"token","account":"work"}"#)?["ok"] as? Bool == true)
+            let outside = try #require(await client.call(#"{"id":2,"op":"subscribe","accounts":["work","home"]}"#))
+            #expect(outside.errorCode == "forbidden", "\(outside)")
+            let nobody = try #require(await client.call(#"{"id":3,"op":"subscribe","accounts":["nobody"]}"#))
+            #expect(nobody.errorCode == "forbidden", "\(nobody)")
+            _ = try await setup.vault.broker.signOut(.account("work"))
+            let after = try #require(await client.call(#"{"id":4,"op":"token","account":"work","min_ttl":0}"#))
+            #expect(after.errorCode == "not_signed_in", "\(after)")
+        }
+    }
+
+    /// One socket, one share: paths are compared normalized; a relative
+    /// path is refused without vaultd's working directory; ending a share
+    /// removes only the socket it made.
+    @Test func shareSocketPathsAreNormalizedAndOnlyTheirOwnSocketIsRemoved() async throws {
+        try await using(self.setUp()) { setup in
+            let path = setup.folder + "/share/x.sock"
+            let id = try await setup.share(["work", "--socket", path])
+            let doubled = try await runTool(
+                "vaultctl", ["share", "home", "--socket", setup.folder + "//share//x.sock"], environment: setup.environment
+            )
+            #expect(doubled.status == 65, "the same socket: \(doubled.stderr)")
+
+            let client = try LineClient(path: setup.vault.socketPath)
+            let relative = try #require(await client.call(#"{"id":1,"op":"share.open","accounts":["work"],"socket":"rel/x.sock"}"#))
+            #expect(relative.errorCode == "bad_request")
+            let message = (relative["error"] as? [String: Any])?["message"] as? String ?? ""
+            #expect(!message.contains(FileManager.default.currentDirectoryPath), "\(message)")
+            let dotted = try #require(await client.call(#"{"id":2,"op":"share.open","accounts":["work"],"socket":"\#(setup.folder)/share/../share/y.sock"}"#))
+            #expect(dotted.errorCode == "bad_request")
+
+            // Another file put where the socket was: ending the share leaves it.
+            #expect(unlink(path) == 0)
+            try "mine".write(toFile: path, atomically: false, encoding: .utf8)
+            let ended = try await runTool("vaultctl", ["unshare", id], environment: setup.environment)
+            #expect(ended.status == 0, "\(ended.stderr)")
+            #expect(try String(contentsOfFile: path, encoding: .utf8) == "mine")
+        }
+    }
+}
