@@ -49,6 +49,11 @@ struct Exec: ParsableCommand {
         guard Self.isVariableName(self.variable) else {
             throw ValidationError("--env takes a variable name: letters, digits and _, not starting with a digit")
         }
+        guard !Self.isInterpreted(self.variable) else {
+            throw ValidationError(
+                "--env \(self.variable): the loader or a shell reads that variable, and would run or print the token; choose another name"
+            )
+        }
         guard let program = self.command.first, !program.isEmpty else {
             throw ValidationError("give the command to run after --, as in: vaultctl exec \(self.account) -- CMD [ARGS...]")
         }
@@ -73,6 +78,20 @@ struct Exec: ParsableCommand {
                 || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
                 || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
         }
+    }
+
+    /// Variables the dynamic loader, a shell or a common runtime reads as a
+    /// path, a program or options: a token there is loaded, run or quoted
+    /// in an error message (ld.so prints what it could not load).
+    static func isInterpreted(_ name: String) -> Bool {
+        let exact: Set<String> = [
+            "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "IFS", "CDPATH", "PATH", "HOME",
+            "SHELL", "PYTHONSTARTUP", "PYTHONPATH", "PYTHONHOME", "PERL5OPT", "PERL5LIB", "PERLLIB", "RUBYOPT",
+            "RUBYLIB", "NODE_OPTIONS", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "GCONV_PATH", "LOCPATH", "TMPDIR",
+            "GIT_SSH", "GIT_SSH_COMMAND", "GIT_EXEC_PATH", "GIT_CONFIG_PARAMETERS", "EDITOR", "VISUAL", "PAGER",
+        ]
+        return exact.contains(name) || name.hasPrefix("LD_") || name.hasPrefix("BASH_FUNC_") || name.hasPrefix("MALLOC_")
+            || name.hasPrefix("GLIBC_") || name.hasPrefix("DYLD_")
     }
 
     /// Sets `name` to the token through a wiped C string (`setenv` keeps its
@@ -139,7 +158,12 @@ struct GitCredential: ParsableCommand {
             Set it up for one host with:
 
               git config --global \\
-                credential.https://git.example.org.helper '!vaultctl git-credential work'
+                credential.https://git.example.org.helper '!vaultctl git-credential work --host git.example.org'
+
+            It answers only for the hosts named by --host (git's host, with its :port when \
+            git sends one), over https, or plain http on 127.0.0.1 or [::1]; for any other \
+            request it prints nothing and exits 0, so git goes on to its next helper and the \
+            token never reaches a host it was not meant for, even from a helper set for every URL.
 
             For 'get', git's request is read from stdin and the answer is username= and \
             password= (the access token) lines, with password_expiry_utc= (git 2.41 and later \
@@ -163,11 +187,17 @@ struct GitCredential: ParsableCommand {
     @Option(help: "The username to give git (default: the one git sent, else oauth2).")
     var username: String?
 
+    @Option(name: .customLong("host"), help: ArgumentHelp("A host the token is for (repeat for more); no other host gets it.", valueName: "host[:port]"))
+    var hosts: [String] = []
+
     @Argument(help: ArgumentHelp("What git asks: get, store or erase.", valueName: "operation"))
     var operation: String
 
     func validate() throws {
         if self.connection.json { throw ValidationError("--json does not apply to git-credential; git reads key=value lines") }
+        guard !self.hosts.isEmpty else {
+            throw ValidationError("--host HOST: the host the token is for, so that no other host gets it")
+        }
         if let username = self.username {
             guard !username.isEmpty, !username.utf8.contains(where: { $0 == 0x0A || $0 == 0x0D || $0 == 0 }) else {
                 throw ValidationError("--username must be one non-empty line")
@@ -176,15 +206,48 @@ struct GitCredential: ParsableCommand {
     }
 
     func run() throws {
-        try GitCredentialJob(socket: self.connection.socket, account: self.account, username: self.username, operation: self.operation).run()
+        try GitCredentialJob(
+            socket: self.connection.socket,
+            account: self.account,
+            username: self.username,
+            hosts: self.hosts,
+            operation: self.operation
+        ).run()
+    }
+
+    /// What git asked, of what this helper reads: the protocol, the host
+    /// and the username.
+    struct Request {
+        var scheme: String?
+        var host: String?
+        var username: String?
+
+        /// The token goes only to a host named by `--host`, over https, or
+        /// plain http to a loopback address.
+        func isFor(_ hosts: [String]) -> Bool {
+            guard let host = self.host, hosts.contains(host) else { return false }
+            switch self.scheme {
+            case "https": return true
+            case "http": return Self.isLoopback(host)
+            default: return false
+            }
+        }
+
+        /// `127.0.0.1` or `[::1]`, with or without a port.
+        static func isLoopback(_ host: String) -> Bool {
+            for address in ["127.0.0.1", "[::1]"] where host == address || host.hasPrefix(address + ":") {
+                return host.dropFirst(address.count).dropFirst().allSatisfy(\.isNumber)
+            }
+            return false
+        }
     }
 
     /// Reads `key=value` lines from stdin up to a blank line or the end of
-    /// input, and returns the value of `username`, if git sent one. Every
-    /// other byte (git sends the password back with `store`) is wiped.
-    static func readRequest() -> String? {
+    /// input, and returns what git asked (`protocol`, `host`, `username`).
+    /// Every other byte (git sends the password back with `store`) is wiped.
+    static func readRequest() -> Request {
         let maximumLine = 65_536
-        var username: String?
+        var request = Request()
         var line: [UInt8] = []
         line.reserveCapacity(maximumLine)
         var chunk = [UInt8](repeating: 0, count: 4096)
@@ -193,7 +256,12 @@ struct GitCredential: ParsableCommand {
             chunk.secureZero()
         }
         var overlong = false
-        let key = Array("username=".utf8)
+        func take(_ line: [UInt8]) {
+            for (key, field) in [("username=", \Request.username), ("host=", \Request.host), ("protocol=", \Request.scheme)] {
+                let key = Array(key.utf8)
+                if line.starts(with: key) { request[keyPath: field] = String(decoding: line[key.count...], as: UTF8.self) }
+            }
+        }
         reading: while true {
             let n = read(0, &chunk, chunk.count)
             if n < 0 && errno == EINTR { continue }
@@ -205,17 +273,15 @@ struct GitCredential: ParsableCommand {
                 }
                 if line.last == 0x0D { line.removeLast() }
                 if line.isEmpty && !overlong { break reading }
-                if !overlong && line.starts(with: key) {
-                    username = String(decoding: line[key.count...], as: UTF8.self)
-                }
+                if !overlong { take(line) }
                 line.secureZero()
                 line.removeAll(keepingCapacity: true)
                 overlong = false
             }
         }
         // A last line without its newline, at the end of input.
-        if !overlong && line.starts(with: key) { username = String(decoding: line[key.count...], as: UTF8.self) }
-        return username
+        if !overlong { take(line) }
+        return request
     }
 
     static func writeAll(_ bytes: [UInt8]) {
@@ -235,14 +301,17 @@ struct GitCredentialJob {
     var socket: String?
     var account: String
     var username: String?
+    var hosts: [String]
     var operation: String
 
     func run() throws {
         // Always read git's request to its end, so git never writes into a
-        // closed pipe; only the username is kept.
+        // closed pipe; only the protocol, host and username are kept.
         let sent = GitCredential.readRequest()
         guard self.operation == "get" else { return }
-        let username = self.username ?? sent.flatMap { $0.isEmpty ? nil : $0 } ?? "oauth2"
+        // Not a host of this account's: no answer, and git asks its next helper.
+        guard sent.isFor(self.hosts) else { return }
+        let username = self.username ?? sent.username.flatMap { $0.isEmpty ? nil : $0 } ?? "oauth2"
         let request = TokenRequest(account: self.account)
         try Connection.run(socket: self.socket) { (vault) throws(VaultError) in
             let token = try Output.field(TokenResult.self, of: try vault.send(.token(request)))

@@ -99,8 +99,9 @@ enum QuickStart {
         case "git-credential":
             // No --json: ArgumentParser refuses it here, with its own message.
             guard
-                let plain = Plain(rest, options: ["socket", "username"], flags: []),
-                plain.positionals.count == 2, plain.afterTerminator == nil
+                let plain = Plain(rest, options: ["socket", "username", "host"], flags: []),
+                plain.positionals.count == 2, plain.afterTerminator == nil,
+                let hosts = plain.values("host"), !hosts.isEmpty
             else { return nil }
             let username = plain.single("username")
             if let username, username.utf8.contains(where: { $0 == 0x0A || $0 == 0x0D }) { return nil }
@@ -109,6 +110,7 @@ enum QuickStart {
                     socket: plain.single("socket"),
                     account: plain.positionals[0],
                     username: username,
+                    hosts: hosts,
                     operation: plain.positionals[1]
                 )
             )
@@ -120,7 +122,7 @@ enum QuickStart {
                 let minTTL = plain.minTTL
             else { return nil }
             let variable = plain.single("env") ?? "TOKENVAULT_TOKEN"
-            guard Exec.isVariableName(variable) else { return nil }
+            guard Exec.isVariableName(variable), !Exec.isInterpreted(variable) else { return nil }
             return .exec(
                 ExecJob(
                     socket: plain.single("socket"),
@@ -190,9 +192,9 @@ enum QuickStart {
                 }
                 guard let value, !value.isEmpty, !value.hasPrefix("-"), value != "help" else { return nil }
                 if let seen = self.options.firstIndex(where: { $0.name == key }) {
-                    // Only --scope repeats; ArgumentParser keeps the last of
-                    // the others, which a plain command line does not rely on.
-                    guard key == "scope" else { return nil }
+                    // Only --scope and --host repeat; ArgumentParser keeps the
+                    // last of the others, which a plain command line does not rely on.
+                    guard key == "scope" || key == "host" else { return nil }
                     self.options[seen].values.append(value)
                 } else {
                     self.options.append(Option(name: key, values: [value]))

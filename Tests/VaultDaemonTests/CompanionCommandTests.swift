@@ -104,6 +104,12 @@ struct CompanionCommandTests {
         #expect(noCommand.status == 64)
         let badName = try await runTool("vaultctl", ["exec", "work", "--env", "A=B", "--", "/bin/true"], environment: vault.env)
         #expect(badName.status == 64)
+        // Names the loader or a shell reads: the token would be loaded, run or printed (ld.so quotes what it cannot load).
+        for name in ["LD_PRELOAD", "LD_LIBRARY_PATH", "BASH_ENV", "ENV", "PATH", "PYTHONSTARTUP"] {
+            let interpreted = try await runTool("vaultctl", ["exec", "work", "--env", name, "--", "/bin/true"], environment: vault.env)
+            #expect(interpreted.status == 64, "\(name)")
+            #expect(interpreted.stderr.contains("--env \(name)") && !interpreted.stderr.contains(vault.token), "\(interpreted.stderr)")
+        }
         await vault.stop()
 
         let stopped = try await runTool("vaultctl", ["exec", "work", "--", "/bin/sh", "-c", "touch \(marker)"], environment: vault.env)
@@ -116,7 +122,7 @@ struct CompanionCommandTests {
         let home = vault.folder + "/home"
         try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
         let gitconfig = home + "/gitconfig"
-        let helper = "!\(productsDirectory)/vaultctl git-credential work"
+        let helper = "!\(productsDirectory)/vaultctl git-credential work --host git.example.org --host 127.0.0.1:8443"
         try "[credential]\n\thelper = \"\(helper)\"\n".write(toFile: gitconfig, atomically: true, encoding: .utf8)
         let gitEnv = vault.env.merging([
             "GIT_CONFIG_GLOBAL": gitconfig, "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0", "HOME": home,
@@ -138,6 +144,21 @@ struct CompanionCommandTests {
         let reject = try await runTool("/usr/bin/git", ["credential", "reject"], input: approved, environment: gitEnv)
         #expect(reject.status == 0, "\(reject.stderr)")
         #expect(reject.stdout.isEmpty)
+
+        // The helper is set for every URL: any other host, and plain http off
+        // loopback, get nothing, and git has no other helper to ask.
+        for other in [
+            "protocol=https\nhost=attacker.example\n\n", "protocol=http\nhost=git.example.org\n\n",
+            "protocol=https\nhost=git.example.org.attacker.example\n\n", "protocol=https\nhost=git.example.org:8443\n\n",
+        ] {
+            let refused = try await runTool("/usr/bin/git", ["credential", "fill"], input: other, environment: gitEnv)
+            #expect(refused.status != 0, "\(other): \(refused.stdout)")
+            #expect(!refused.stdout.contains(vault.token) && !refused.stderr.contains(vault.token), "\(other)")
+        }
+        let loopback = try await runTool(
+            "/usr/bin/git", ["credential", "fill"], input: "protocol=http\nhost=127.0.0.1:8443\n\n", environment: gitEnv
+        )
+        #expect(loopback.stdout.contains("password=\(vault.token)"), "plain http on loopback: \(loopback.stderr)")
         await vault.stop()
     }
 
@@ -145,7 +166,7 @@ struct CompanionCommandTests {
         let vault = try await Vault.start()
         let sent = "protocol=https\nhost=git.example.org\nusername=ada\n\n"
 
-        let get = try await runTool("vaultctl", ["git-credential", "work", "get"], input: sent, environment: vault.env)
+        let get = try await runTool("vaultctl", ["git-credential", "work", "--host", "git.example.org", "get"], input: sent, environment: vault.env)
         #expect(get.status == 0, "\(get.stderr)")
         #expect(get.stderr.isEmpty)
         let lines = get.stdout.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
@@ -156,33 +177,37 @@ struct CompanionCommandTests {
         #expect(expiry > Int(Date().timeIntervalSince1970), "the expiry is in the future")
 
         let github = try await runTool(
-            "vaultctl", ["git-credential", "work", "--username", "x-access-token", "get"], input: sent, environment: vault.env
+            "vaultctl", ["git-credential", "work", "--host", "git.example.org", "--username", "x-access-token", "get"], input: sent, environment: vault.env
         )
         #expect(github.stdout.hasPrefix("username=x-access-token\npassword=\(vault.token)\n"), "\(github.stdout)")
-        let noInput = try await runTool("vaultctl", ["git-credential", "work", "get"], environment: vault.env)
-        #expect(noInput.stdout.hasPrefix("username=oauth2\npassword=\(vault.token)\n"), "\(noInput.stdout)")
+        // No host sent, or no --host given: no answer.
+        let noInput = try await runTool("vaultctl", ["git-credential", "work", "--host", "git.example.org", "get"], environment: vault.env)
+        #expect(noInput.status == 0 && noInput.stdout.isEmpty, "\(noInput.stdout)")
+        let noHost = try await runTool("vaultctl", ["git-credential", "work", "get"], input: sent, environment: vault.env)
+        #expect(noHost.status == 64 && noHost.stdout.isEmpty, "\(noHost.stderr)")
+        #expect(noHost.stderr.contains("--host"), "\(noHost.stderr)")
 
         // store, erase and operations git may add later: input read, nothing echoed.
         for operation in ["store", "erase", "future-op"] {
             let stored = try await runTool(
-                "vaultctl", ["git-credential", "work", operation],
+                "vaultctl", ["git-credential", "work", "--host", "git.example.org", operation],
                 input: "protocol=https\nhost=git.example.org\nusername=ada\npassword=hunter2\n\n", environment: vault.env
             )
             #expect(stored.status == 0, "\(operation): \(stored.stderr)")
             #expect(stored.stdout.isEmpty && stored.stderr.isEmpty, "\(operation)")
         }
 
-        let unknown = try await runTool("vaultctl", ["git-credential", "nobody", "get"], input: sent, environment: vault.env)
+        let unknown = try await runTool("vaultctl", ["git-credential", "nobody", "--host", "git.example.org", "get"], input: sent, environment: vault.env)
         #expect(unknown.status == 67)
         #expect(unknown.stdout.isEmpty, "git must see no answer")
         #expect(unknown.stderr.hasPrefix("vaultctl: error: "))
         #expect(unknown.stderr.split(separator: "\n").count == 1)
-        let json = try await runTool("vaultctl", ["git-credential", "work", "--json", "get"], input: sent, environment: vault.env)
+        let json = try await runTool("vaultctl", ["git-credential", "work", "--host", "git.example.org", "--json", "get"], input: sent, environment: vault.env)
         #expect(json.status == 64)
         #expect(json.stdout.isEmpty)
         await vault.stop()
 
-        let stopped = try await runTool("vaultctl", ["git-credential", "work", "get"], input: sent, environment: vault.env)
+        let stopped = try await runTool("vaultctl", ["git-credential", "work", "--host", "git.example.org", "get"], input: sent, environment: vault.env)
         #expect(stopped.status == 69)
         #expect(stopped.stdout.isEmpty)
     }
