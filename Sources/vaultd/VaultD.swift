@@ -42,6 +42,7 @@ struct VaultD: ParsableCommand {
         let logger = Logger(label: "vaultd")
         // No core dumps, no ptrace from other processes of the user (ssh-agent does the same).
         _ = vault_set_undumpable()
+        Self.forbidCoreDumps()
         Self.raiseOpenFileLimit()
         do {
             let configuration = try Daemon.Configuration.fromEnvironment(
@@ -99,6 +100,14 @@ struct VaultD: ParsableCommand {
         }
         ended.wait()
         try outcome.withLock { $0 }.get()
+    }
+
+    /// No core file, soft or hard, whatever was inherited, as ssh-agent does:
+    /// undumpable already says so, but a core_pattern pipe or a later
+    /// prctl would not see a limit of 0 undone.
+    static func forbidCoreDumps() {
+        var none = rlimit(rlim_cur: 0, rlim_max: 0)
+        _ = setrlimit(Int32(RLIMIT_CORE.rawValue), &none)
     }
 
     /// One descriptor per connection: lift the soft limit to the hard one.

@@ -139,4 +139,16 @@ struct DaemonProcessTests {
         #expect(pool.count == 4, "blocking pool: \(pool)")
         #expect(await daemon.terminate() == 0)
     }
+
+    /// No core file, whatever limit vaultd inherits: soft and hard 0, as ssh-agent sets.
+    @Test func vaultdWritesNoCoreFile() async throws {
+        let folder = try temporaryFolder()
+        let daemon = try DaemonProcess(folder: folder, launcher: ["/usr/bin/prlimit", "--core=unlimited:unlimited"])
+        #expect(await daemon.waitForLog("listening"))
+        let limits = try String(contentsOfFile: "/proc/\(daemon.pid)/limits", encoding: .utf8)
+        let core = limits.split(separator: "\n").first { $0.hasPrefix("Max core file size") }.map(String.init) ?? ""
+        let fields = core.split(separator: " ", omittingEmptySubsequences: true)
+        #expect(fields.count >= 6 && fields[4] == "0" && fields[5] == "0", "\(core)")
+        #expect(await daemon.terminate() == 0)
+    }
 }
