@@ -13,6 +13,8 @@ swift build --build-tests -Xswiftc -warnings-as-errors
 # behind gigabytes of build output. Flush that first so tests time the vault.
 sync
 swift test --skip-build
+# The Python client companions copy, against hostile replies from a fake vaultd.
+python3 -B -m unittest clients/test_tokenvault.py
 # Every line a local client sends reaches the request decoder first; a crash
 # there ends vaultd for everyone. 30 s of libFuzzer (about 45 s with its
 # sanitizer build of VaultProtocol alone), from Fuzz/corpus/request/, which
