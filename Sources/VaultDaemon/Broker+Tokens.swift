@@ -267,14 +267,11 @@ extension Broker {
             let secrets = self.accounts[name]?.secrets ?? AccountSecrets()
             do {
                 try await self.stored { store throws(StoreError) in try await store.save(secrets, for: name) }
+                self.saved(name)
             } catch {
                 self.logger.error("rotated refresh token not saved", metadata: ["account": "\(name)", "reason": "\(error.message)"])
-                return .failure(
-                    VaultError(
-                        .internalError,
-                        "the issuer rotated the refresh token for '\(name)' but writing it failed: \(error.message)"
-                    )
-                )
+                self.notSaved(name, error)
+                return .failure(VaultError.rotatedNotSaved(name, error))
             }
             // A sign-out meanwhile removed it again after this save (the store keeps their order).
             guard self.accounts[name]?.generation == generation else {

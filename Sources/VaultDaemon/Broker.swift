@@ -40,6 +40,11 @@ public actor Broker {
     var lastGeneration = 0
     /// Accounts loaded without an identity were given one that accounts.json does not hold yet.
     var identitiesToSave = false
+    /// Accounts whose secrets in memory are newer than the store's (a write
+    /// failed), and why the last write failed: `status` shows it and writes
+    /// them again, and so does the account's next write.
+    var unsaved: Set<String> = []
+    var storageError: String?
 
     struct Account {
         var configuration: AccountConfiguration
@@ -132,7 +137,8 @@ public actor Broker {
 
     // MARK: Operations
 
-    public func status() -> StatusResult {
+    public func status() async -> StatusResult {
+        await self.saveUnsaved()
         var reason = self.backendReason
         if let unreachable = self.keyringUnreachable {
             reason = (reason.map { $0 + "; " } ?? "") + "but the keyring cannot be reached: \(unreachable) "
@@ -155,8 +161,35 @@ public actor Broker {
                             .map { Seconds.int64($0.expiresAt) },
                         needsReauth: account.needsReauth
                     )
-                }
+                },
+            storageError: self.storageError
         )
+    }
+
+    /// Writes again the secrets a failed write left only in memory.
+    func saveUnsaved() async {
+        for name in self.unsaved.sorted() {
+            guard let secrets = self.accounts[name]?.secrets, !self.store.isLocked else { continue }
+            do {
+                try await self.stored { store throws(StoreError) in try await store.save(secrets, for: name) }
+                self.saved(name)
+            } catch {
+                self.notSaved(name, error)
+                return
+            }
+        }
+    }
+
+    /// A write of `name`'s secrets failed: they stay in memory, and `status` says so.
+    func notSaved(_ name: String, _ error: StoreError) {
+        self.unsaved.insert(name)
+        self.storageError = VaultError(error).message
+    }
+
+    /// A write of `name`'s secrets succeeded.
+    func saved(_ name: String) {
+        self.unsaved.remove(name)
+        if self.unsaved.isEmpty { self.storageError = nil }
     }
 
     /// The configurations of the accounts `names`, for a share to bind to.
@@ -282,6 +315,7 @@ public actor Broker {
         account.needsReauth = false
         account.backoff = Backoff()
         account.generation = self.newGeneration()
+        self.saved(name)
         account.refreshing = [:]
         account.spending = nil
         self.accounts[name] = account

@@ -84,6 +84,15 @@ extension VaultError {
         )
     }
 
+    /// The issuer rotated the refresh token and the write of the new one
+    /// failed: the store's failure, with the account's state.
+    static func rotatedNotSaved(_ name: String, _ error: StoreError) -> VaultError {
+        var wire = VaultError(error)
+        wire.message = "the issuer rotated the refresh token for '\(name)'; vaultd keeps the new one in memory and writes it at the next "
+            + "chance, but writing it failed: " + wire.message
+        return wire
+    }
+
     /// A store's failure, with what to do about it.
     init(_ error: StoreError) {
         switch error.kind {
@@ -97,6 +106,13 @@ extension VaultError {
             self.init(.internalError, "\(error.message); see the key sources in: vaultd --help")
         case .io, .unavailable:
             self.init(.internalError, "\(error.message); see vaultd's log: journalctl --user -u vaultd")
+        case .noSpace:
+            self.init(.storageFull, "\(error.message); free space on that file system (see: df -h), then run: vaultctl status")
+        case .denied:
+            self.init(
+                .storageDenied,
+                "\(error.message); make that folder and file yours and writable (see: ls -ld), then run: vaultctl status"
+            )
         }
     }
 

@@ -39,6 +39,10 @@ public struct ErrorCode: RawRepresentable, Hashable, Codable, Sendable, CustomSt
     public static let flowNotFound = ErrorCode(rawValue: "flow_not_found")
     public static let overloaded = ErrorCode(rawValue: "overloaded")
     public static let internalError = ErrorCode(rawValue: "internal")
+    /// The vault could not be written: no space left where it lives.
+    public static let storageFull = ErrorCode(rawValue: "storage_full")
+    /// The vault could not be written: its file or folder is not writable.
+    public static let storageDenied = ErrorCode(rawValue: "storage_denied")
 }
 
 /// The only error that crosses the socket. `message` is a sentence for a

@@ -65,19 +65,31 @@ public struct StatusResult: ResultPayload, Equatable {
     public var locked: Bool
     public var keySource: String?
     public var accounts: [AccountStatus]
+    /// Why the vault's last write failed, while no write has succeeded since:
+    /// the secrets it held are kept in memory and written at the next chance.
+    public var storageError: String?
 
-    public init(backend: Backend, backendReason: String? = nil, locked: Bool, keySource: String?, accounts: [AccountStatus]) {
+    public init(
+        backend: Backend,
+        backendReason: String? = nil,
+        locked: Bool,
+        keySource: String?,
+        accounts: [AccountStatus],
+        storageError: String? = nil
+    ) {
         self.backend = backend
         self.backendReason = backendReason
         self.locked = locked
         self.keySource = keySource
         self.accounts = accounts
+        self.storageError = storageError
     }
 
     enum CodingKeys: String, CodingKey {
         case backend, locked, accounts
         case backendReason = "backend_reason"
         case keySource = "key_source"
+        case storageError = "storage_error"
     }
 }
 

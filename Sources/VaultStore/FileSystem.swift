@@ -61,30 +61,30 @@ public enum FileSystem {
         let mode = mode_t(mode)
         let temporary = path + ".tmp-" + String(UInt64.random(in: 0...UInt64.max), radix: 36)
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode)
-        guard fd >= 0 else { throw StoreError(.io, "cannot create \(temporary): \(Self.reason())") }
+        guard fd >= 0 else { throw Self.failure("cannot create \(temporary)") }
         var written = 0
         while written < bytes.count {
             let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress?.advanced(by: written), $0.count - written) }
             if n < 0 {
                 if errno == EINTR { continue }
-                let reason = Self.reason()
+                let failure = Self.failure("cannot write \(temporary)")
                 close(fd)
                 unlink(temporary)
-                throw StoreError(.io, "cannot write \(temporary): \(reason)")
+                throw failure
             }
             written += n
         }
         if fchmod(fd, mode) != 0 || fsync(fd) != 0 {
-            let reason = Self.reason()
+            let failure = Self.failure("cannot flush \(temporary) to disk")
             close(fd)
             unlink(temporary)
-            throw StoreError(.io, "cannot flush \(temporary) to disk: \(reason)")
+            throw failure
         }
         close(fd)
         guard rename(temporary, path) == 0 else {
-            let reason = Self.reason()
+            let failure = Self.failure("cannot replace \(path)")
             unlink(temporary)
-            throw StoreError(.io, "cannot replace \(path): \(reason)")
+            throw failure
         }
         try Self.syncDirectory(of: path)
     }
@@ -111,7 +111,7 @@ public enum FileSystem {
             return true
         }
         if errno == ENOENT { return false }
-        throw StoreError(.io, "cannot remove \(path): \(Self.reason())")
+        throw Self.failure("cannot remove \(path)")
     }
 
     static func syncDirectory(of path: String) throws(StoreError) {
@@ -128,6 +128,12 @@ public enum FileSystem {
     }
 
     static func reason() -> String { String(cString: strerror(errno)) }
+
+    /// What a failed call on a file means, by `errno`: `what` and the system's reason.
+    static func failure(_ what: String) -> StoreError {
+        let code = errno
+        return StoreError.system("\(what): \(String(cString: strerror(code)))", errno: code)
+    }
 }
 
 /// An exclusive `flock` held for the life of the process: one daemon per vault.

@@ -80,6 +80,8 @@ extension ErrorCode {
         case .forbidden, .locked, .reauthRequired, .invalidCredentials, .invalidCode, .tooManyAttempts,
             .browserRequired:
             77  // EX_NOPERM
+        case .storageDenied: 73  // EX_CANTCREAT
+        case .storageFull: 74  // EX_IOERR
         case .interrupted: 130  // 128 + SIGINT, as the shell reports it
         default: 70  // EX_SOFTWARE
         }
@@ -146,6 +148,7 @@ struct Status: ParsableCommand {
             let key = status.backend == .file ? status.keySource.map { ", key from \($0)" } ?? "" : ""
             Output.line("vault: \(status.locked ? "locked" : "unlocked") (\(status.backend.rawValue) backend\(key))")
             if let reason = status.backendReason { Output.line("  \(reason)") }
+            if let failure = status.storageError { Output.line("  cannot write the vault: \(failure)") }
             if status.accounts.isEmpty {
                 Output.line("no accounts; add one with: vaultctl account add NAME --issuer URL --client-id ID")
             }

@@ -229,6 +229,8 @@ struct VaultctlOutputTests {
         ("not_signed_in", nil, 67),
         ("idp_unavailable", nil, 75),
         ("internal", nil, 70),
+        ("storage_full", nil, 74),
+        ("storage_denied", nil, 73),
     ] as [(String, String?, Int32)])
     func theExitCodeFollowsTheError(code: String, issuerError: String?, exit: Int32) async throws {
         let folder = try temporaryFolder()
