@@ -14,7 +14,7 @@ public import VaultProtocol
 public final class TokenCopies: Sendable {
     private let client: VaultClient
     private let copies = Mutex<[String: Copy]>([:])
-    private let listener = Mutex<Task<Void, Never>?>(nil)
+    private let followerKey = Mutex<Int?>(nil)
     /// False once the events stopped (vaultd closed the connection, or
     /// ended it with `overloaded` because this companion fell behind): a
     /// sign-out could go unheard, so no copy is kept from then on.
@@ -34,22 +34,25 @@ public final class TokenCopies: Sendable {
     /// Subscribes `client` to vaultd's events and starts following them.
     public static func start(_ client: VaultClient, accounts: [String]? = nil) async throws(VaultError) -> TokenCopies {
         let copies = TokenCopies(client: client)
-        let events = try await client.events(accounts: accounts)
-        let task = Task { [weak copies] in
-            for await event in events {
-                guard let copies else { return }
-                if event.event == .signedOut || event.event == .reauthRequired || event.event == .signedIn {
-                    copies.drop(event.account)
-                }
-            }
-            copies?.stopFollowing()
-        }
-        copies.listener.withLock { $0 = task }
+        // Followed on the client's reader, with no buffer between: a copy is
+        // dropped before the next line is read, so no lag can hide a sign-out.
+        let key = try await client.follow(
+            accounts: accounts,
+            VaultClient.Follower(
+                event: { [weak copies] event in
+                    if event.event == .signedOut || event.event == .reauthRequired || event.event == .signedIn {
+                        copies?.drop(event.account)
+                    }
+                },
+                ended: { [weak copies] in copies?.stopFollowing() }
+            )
+        )
+        copies.followerKey.withLock { $0 = key }
         return copies
     }
 
     deinit {
-        self.listener.withLock { $0?.cancel() }
+        if let key = self.followerKey.withLock({ $0 }) { self.client.unfollow(key) }
     }
 
     /// An access token for `account` that lives at least `minTTL` more seconds.

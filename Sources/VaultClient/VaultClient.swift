@@ -21,10 +21,24 @@ public final class VaultClient: Sendable {
     private struct State {
         var nextID: Int64 = 1
         var waiting: [Int64: CheckedContinuation<Data, any Error>] = [:]
-        var streams: [Int: AsyncStream<Event>.Continuation] = [:]
-        var nextStream = 0
+        var followers: [Int: Follower] = [:]
+        var nextFollower = 0
         var closed: VaultError?
     }
+
+    /// Told of each event on the reader's thread, in order, and once of the
+    /// end of the connection; it must not block.
+    struct Follower: Sendable {
+        let event: @Sendable (Event) -> Void
+        let ended: @Sendable () -> Void
+    }
+
+    /// A reply line longer than this ends the connection rather than being buffered.
+    public static let maximumLineBytes = 4 << 20
+
+    /// Events an `events()` stream holds for a consumer that has not read
+    /// them; one more ends the stream, as an ended connection does.
+    public static let maximumBufferedEvents = 1024
 
     /// Connects to `path`, else `TOKENVAULT_SOCKET`, else the XDG default;
     /// fails with `forbidden`, having sent nothing, when the socket's server
@@ -42,6 +56,9 @@ public final class VaultClient: Sendable {
     deinit {
         Glibc.close(self.fd)
     }
+
+    /// Whether the connection has ended (every event before the end was delivered).
+    public var isClosed: Bool { self.state.withLock { $0.closed != nil } }
 
     /// Ends the connection; requests in flight fail with `unavailable`.
     public func close() {
@@ -105,28 +122,49 @@ public final class VaultClient: Sendable {
     /// every account) and returns them as they come: sign-in steps,
     /// `signed_in`, `token_refreshed`, `reauth_required`, `signed_out`. The
     /// stream ends when the connection does.
+    /// A consumer that falls `maximumBufferedEvents` behind sees the stream
+    /// end there, as if the connection had ended: an event is never skipped
+    /// silently, so a `signed_out` cannot be missed unawares.
     public func events(accounts: [String]? = nil) async throws(VaultError) -> AsyncStream<Event> {
-        let (stream, continuation) = AsyncStream<Event>.makeStream(bufferingPolicy: .bufferingNewest(1024))
+        let (stream, continuation) = AsyncStream<Event>.makeStream(bufferingPolicy: .bufferingOldest(Self.maximumBufferedEvents))
+        let key = try await self.follow(
+            accounts: accounts,
+            Follower(
+                event: { event in
+                    if case .dropped = continuation.yield(event) { continuation.finish() }
+                },
+                ended: { continuation.finish() }
+            )
+        )
+        continuation.onTermination = { [weak self] _ in self?.unfollow(key) }
+        return stream
+    }
+
+    /// Subscribes this connection and calls `follower` for each event, on
+    /// the reader's thread, with nothing buffered between; returns its key.
+    func follow(accounts: [String]?, _ follower: Follower) async throws(VaultError) -> Int {
         let key = self.state.withLock { state -> Int? in
             guard state.closed == nil else { return nil }
-            defer { state.nextStream += 1 }
-            state.streams[state.nextStream] = continuation
-            return state.nextStream
+            defer { state.nextFollower += 1 }
+            state.followers[state.nextFollower] = follower
+            return state.nextFollower
         }
         guard let key else {
-            continuation.finish()
+            follower.ended()
             throw VaultError(.unavailable, "vaultd closed the connection")
-        }
-        continuation.onTermination = { [weak self] _ in
-            _ = self?.state.withLock { $0.streams.removeValue(forKey: key) }
         }
         do {
             _ = try await self.send(.subscribe(accounts: accounts))
         } catch {
-            continuation.finish()
+            self.unfollow(key)
+            follower.ended()
             throw error
         }
-        return stream
+        return key
+    }
+
+    func unfollow(_ key: Int) {
+        _ = self.state.withLock { $0.followers.removeValue(forKey: key) }
     }
 
     private func write(_ data: Data) -> Bool {
@@ -151,6 +189,7 @@ public final class VaultClient: Sendable {
     }
 
     private func readLoop() {
+        var closed = VaultError(.unavailable, "vaultd closed the connection")
         var pending: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 64 * 1024)
         while true {
@@ -162,25 +201,29 @@ public final class VaultClient: Sendable {
                 self.deliver(Data(pending[..<newline]))
                 pending.removeSubrange(...newline)
             }
+            if pending.count > Self.maximumLineBytes {
+                closed = VaultError(.internalError, "vaultd sent a line longer than \(Self.maximumLineBytes) bytes; the connection was closed")
+                shutdown(self.fd, Int32(SHUT_RDWR))
+                break
+            }
         }
-        let closed = VaultError(.unavailable, "vaultd closed the connection")
-        let (waiting, streams) = self.state.withLock { state in
+        let (waiting, followers) = self.state.withLock { state in
             state.closed = closed
             defer {
                 state.waiting = [:]
-                state.streams = [:]
+                state.followers = [:]
             }
-            return (Array(state.waiting.values), Array(state.streams.values))
+            return (Array(state.waiting.values), Array(state.followers.values))
         }
         for continuation in waiting { continuation.resume(throwing: closed) }
-        for stream in streams { stream.finish() }
+        for follower in followers { follower.ended() }
     }
 
     private func deliver(_ line: Data) {
         guard let head = try? LineCodec.head(of: line) else { return }
         if head.event != nil {
             guard let event = try? LineCodec.event(from: line) else { return }
-            for stream in self.state.withLock({ Array($0.streams.values) }) { stream.yield(event) }
+            for follower in self.state.withLock({ Array($0.followers.values) }) { follower.event(event) }
             return
         }
         guard case .number(let id) = head.id else { return }

@@ -1,4 +1,6 @@
 import Foundation
+import Glibc
+import Synchronization
 import Testing
 import VaultClient
 import VaultCrypto
@@ -97,5 +99,102 @@ struct CompanionTests {
                 await #expect(throws: VaultError.self) { try await vault.broker.token(TokenRequest(account: "phone"), for: stranger) }
             }
         }
+    }
+}
+
+/// The client library against a vaultd that misbehaves: a fake server on a
+/// Unix socket, run on a thread of its own, that answers a script of lines.
+@Suite(.timeLimit(.minutes(1)))
+struct HostileServerClientTests {
+    /// Listens at `path`; for the one connection, reads request lines and
+    /// answers each with `answer(line)`; after the subscribe reply it writes
+    /// `after` once, and closes the connection then if `thenClose`.
+    static func serve(_ path: String, answer: @escaping @Sendable (String) -> [UInt8], after: [UInt8] = [], thenClose: Bool = false) throws {
+        let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8)) }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        try #require(bound == 0 && listen(listener, 1) == 0)
+        Thread.detachNewThread {
+            let fd = accept(listener, nil, nil)
+            close(listener)
+            var line: [UInt8] = []
+            var byte: UInt8 = 0
+            while read(fd, &byte, 1) == 1 {
+                guard byte == 0x0A else { line.append(byte); continue }
+                let text = String(decoding: line, as: UTF8.self)
+                line = []
+                var reply = answer(text)
+                if text.contains("\"subscribe\"") { reply += after }
+                var offset = 0
+                while offset < reply.count {
+                    let n = reply[offset...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                    if n <= 0 { break }
+                    offset += n
+                }
+                if thenClose && text.contains("\"subscribe\"") { break }
+            }
+            close(fd)
+        }
+    }
+
+    static func id(of line: String) -> String {
+        let match = line.firstRange(of: /"id":([0-9]+)/)
+        return match.map { String(line[$0].dropFirst(5)) } ?? "null"
+    }
+
+    /// A reply line without end is cut at the client's bound, not buffered.
+    @Test func aLineWithoutEndIsCutNotBuffered() async throws {
+        let path = try temporaryFolder() + "/v.sock"
+        try Self.serve(path) { _ in [UInt8](repeating: UInt8(ascii: "x"), count: VaultClient.maximumLineBytes + 65_536) }
+        let client = try await VaultClient.connect(path: path)
+        let failure = await #expect(throws: VaultError.self) { _ = try await client.token("work") }
+        #expect(failure?.code == .internalError && failure?.message.contains("longer than") == true, "\(String(describing: failure))")
+    }
+
+    /// A consumer that fell behind sees its stream end, never a gap: the
+    /// events it holds come in order, then the end, with none skipped.
+    @Test func aLaggingEventStreamEndsInsteadOfSkipping() async throws {
+        let path = try temporaryFolder() + "/v.sock"
+        let count = VaultClient.maximumBufferedEvents + 100
+        var events: [UInt8] = []
+        for n in 0..<count { events += Array(#"{"event":"token_refreshed","account":"a\#(n)","expires_at":1}"#.utf8) + [0x0A] }
+        events += Array(#"{"event":"signed_out","account":"work"}"#.utf8) + [0x0A]
+        try Self.serve(path, answer: { Array(#"{"id":\#(Self.id(of: $0)),"ok":true,"accounts":null}"#.utf8) + [0x0A] }, after: events, thenClose: true)
+        let client = try await VaultClient.connect(path: path)
+        let stream = try await client.events()
+        // The reader delivers every event before it sees the end: wait for that before reading a thing.
+        try await poll { client.isClosed }
+        var seen: [String] = []
+        for await event in stream { seen.append(event.account) }
+        #expect(seen == (0..<VaultClient.maximumBufferedEvents).map { "a\($0)" }, "in order, then the end: \(seen.count)")
+    }
+
+    /// TokenCopies hears a sign-out however many events come before it.
+    @Test func tokenCopiesHearASignOutBehindAFlood() async throws {
+        let path = try temporaryFolder() + "/v.sock"
+        let flood = Shared(false)
+        try Self.serve(path, answer: { line in
+            let id = Self.id(of: line)
+            if line.contains("\"token\"") {
+                var reply = Array(#"{"id":\#(id),"ok":true,"access_token":"at-1","token_type":"Bearer","expires_at":4102444800,"expires_in":3600,"scope":"openid"}"#.utf8) + [0x0A]
+                if flood.value.withLock({ $0 }) {
+                    // The sign-out, then more events than any buffer holds: a buffer that
+                    // dropped the oldest would lose the sign-out.
+                    reply += Array(#"{"event":"signed_out","account":"work"}"#.utf8) + [0x0A]
+                    for n in 0..<5000 { reply += Array(#"{"event":"token_refreshed","account":"x\#(n)","expires_at":1}"#.utf8) + [0x0A] }
+                }
+                return reply
+            }
+            return Array(#"{"id":\#(id),"ok":true,"accounts":null}"#.utf8) + [0x0A]
+        })
+        let copies = try await TokenCopies.start(try await VaultClient.connect(path: path))
+        flood.value.withLock { $0 = true }
+        _ = try await copies.token("work")
+        // The copy kept from this answer is dropped by the sign-out that follows it on the wire.
+        try await poll { copies.held.isEmpty }
     }
 }
