@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 import NIOCore
 import NIOHTTP1
 import Testing
@@ -63,4 +64,44 @@ struct LoopbackListenerTests {
 
 private final class ListenerBox: @unchecked Sendable {
     var listener: LoopbackListener?
+}
+
+/// Another user of the machine cannot hold the redirect listener's slots
+/// for the life of a browser sign-in: their connections are closed at accept.
+@Suite(.timeLimit(.minutes(1)))
+struct LoopbackListenerOwnerTests {
+    @Test(.enabled(if: getuid() == 0, "needs root to connect as another user"))
+    func anotherUsersConnectionsAreClosedAndTheUsersRedirectGetsThrough() async throws {
+        let listener = try await LoopbackListener.start(fixed: nil, requestDeadline: .seconds(60), maximumConnections: 4) { _ in
+            .init(status: .ok, title: "Signed in", message: "ok", done: true)
+        }
+        defer { listener.close() }
+        let port = try #require(URLComponents(string: listener.redirectURI)?.port)
+        // 16 connections as nobody, each sending the start of a request and
+        // waiting to be closed: each prints how it ended.
+        let script = """
+            import socket, sys
+            def ended(s):
+                try:
+                    s.sendall(b"GET /callback?state=")
+                    return s.recv(1) == b""
+                except (ConnectionResetError, BrokenPipeError):
+                    return True
+            held = [socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=20) for _ in range(16)]
+            print(f"closed {sum(1 for s in held if ended(s))}")
+            """
+        let nobody = try await runTool(
+            "/usr/bin/setpriv", ["--reuid", "65534", "--regid", "65534", "--clear-groups", "/usr/bin/python3", "-c", script, String(port)]
+        )
+        #expect(nobody.stdout.contains("closed 16"), "\(nobody.stdout) \(nobody.stderr)")
+        let answer = await blocking { IssuerSafetyTests.exchange(port, "GET /callback?state=x HTTP/1.1\r\nHost: x\r\n\r\n") }
+        #expect(answer.hasPrefix("HTTP/1.1 200"), "the user's own redirect is answered: \(answer)")
+    }
+
+    @Test func procAddressesAreWrittenAsTheKernelWritesThem() throws {
+        let v4 = try SocketAddress(ipAddress: "127.0.0.1", port: 8080)
+        #expect(TCPOwner.procText(v4) == "0100007F:1F90")
+        let v6 = try SocketAddress(ipAddress: "::1", port: 443)
+        #expect(TCPOwner.procText(v6) == "00000000000000000000000001000000:01BB")
+    }
 }

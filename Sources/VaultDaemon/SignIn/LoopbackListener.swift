@@ -1,4 +1,5 @@
 import FoundationEssentials
+import Glibc
 import NIOCore
 import NIOHTTP1
 import NIOPosix
@@ -62,7 +63,14 @@ final class LoopbackListener: Sendable {
             .serverChannelOption(.backlog, value: 8)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
-                // A failed future makes NIO close the connection at once.
+                // A failed future makes NIO close the connection at once: one
+                // of another user (who could hold every slot for the sign-in's
+                // life), or one over the cap.
+                if let peer = channel.remoteAddress, let local = channel.localAddress,
+                    let uid = TCPOwner.uid(of: peer, connectedTo: local), uid != getuid()
+                {
+                    return channel.eventLoop.makeFailedFuture(ListenerError("another user's connection"))
+                }
                 guard connections.admit(channel) else { return channel.eventLoop.makeFailedFuture(ListenerError("full")) }
                 let deadline = channel.eventLoop.scheduleTask(in: requestDeadline) { channel.close(promise: nil) }
                 return channel.eventLoop.makeCompletedFuture {
@@ -226,5 +234,58 @@ private final class CallbackHandler: ChannelInboundHandler, Sendable {
             }
         }
         return out
+    }
+}
+
+/// Who owns the other end of a loopback TCP connection. SO_PEERCRED is for
+/// Unix sockets only, but both ends of a loopback connection are this
+/// machine's sockets, and /proc/net/tcp (tcp6) lists each with its owner:
+/// the peer's socket is the row whose local address is the peer's and whose
+/// remote address is ours.
+enum TCPOwner {
+    /// The peer's uid, or nil when no row names it (it closed meanwhile, or
+    /// lives in another network namespace).
+    static func uid(of peer: SocketAddress, connectedTo local: SocketAddress) -> uid_t? {
+        guard let peerText = Self.procText(peer), let localText = Self.procText(local) else { return nil }
+        let table = peerText.count > 13 ? "/proc/net/tcp6" : "/proc/net/tcp"
+        guard let file = fopen(table, "r") else { return nil }
+        defer { fclose(file) }
+        var line: UnsafeMutablePointer<CChar>?
+        var capacity = 0
+        defer { free(line) }
+        while getline(&line, &capacity, file) > 0, let line {
+            // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid ...
+            let fields = String(cString: line).split(separator: " ", omittingEmptySubsequences: true)
+            guard fields.count > 7, fields[1] == peerText, fields[2] == localText else { continue }
+            return uid_t(fields[7])
+        }
+        return nil
+    }
+
+    /// An address as /proc/net/tcp prints it: the address's 32-bit words
+    /// each in host (little-endian) byte order, in hex, then `:` and the port.
+    static func procText(_ address: SocketAddress) -> String? {
+        guard let port = address.port else { return nil }
+        let bytes: [UInt8]
+        switch address {
+        // The address bytes within Linux's sockaddr_in (after family and
+        // port) and sockaddr_in6 (after family, port and flow info).
+        case .v4(let v4):
+            bytes = withUnsafeBytes(of: v4.address) { Array($0[4..<8]) }
+        case .v6(let v6):
+            bytes = withUnsafeBytes(of: v6.address) { Array($0[8..<24]) }
+        default:
+            return nil
+        }
+        var text = ""
+        for word in stride(from: 0, to: bytes.count, by: 4) {
+            for byte in bytes[word..<word + 4].reversed() { text += Self.hex(byte) }
+        }
+        return text + ":" + Self.hex(UInt8(port >> 8)) + Self.hex(UInt8(port & 0xFF))
+    }
+
+    private static func hex(_ byte: UInt8) -> String {
+        let digits = Array("0123456789ABCDEF")
+        return String([digits[Int(byte >> 4)], digits[Int(byte & 0x0F)]])
     }
 }
