@@ -10,7 +10,7 @@ import VaultTestIssuer
 
 /// Local clients that misbehave: each one gets nothing it should not, and
 /// everyone else keeps being served.
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(.minutes(2)))
 struct HostileClientTests {
     /// A client that pipelines requests and never reads a reply fills its
     /// socket, then the daemon stops reading from it; it does not keep
@@ -64,7 +64,9 @@ struct HostileClientTests {
                 var sent = [Int](repeating: 0, count: descriptors.count)
                 var (queued, ticks) = (-1, -1)
                 var quietSince = ContinuousClock.now
-                let deadline = ContinuousClock.now + .seconds(45)
+                // About 20 s on a quiet two-core machine; under the rest of the
+                // suite, run beside it, more than twice that.
+                let deadline = ContinuousClock.now + .seconds(100)
                 while ContinuousClock.now < deadline {
                     var progress = false
                     for (index, fd) in descriptors.enumerated() {
