@@ -6,10 +6,15 @@
 // - A file that parses serializes again (with a fresh check box), to as many
 //   bytes, and that parses to the same file; serializing is a fixed point but
 //   for the check box, whose nonce is new each time. Every record opens under
-//   its own name, and its plaintext goes through the record codec too.
+//   its own name and binding, and its plaintext goes through the record codec
+//   too. A version 1 file is first sealed again as version 2 (`next`), and
+//   that must round-trip the same way, every record opening as before.
+// - The file of the next write opens every record of the one before to the
+//   same plaintext, and none of its records opens in the one before.
 // - A plaintext that decodes encodes, and that decodes to the same secrets;
-//   encoding is a fixed point (fields of unknown tags are dropped, a repeated
-//   tag keeps its last value, so the first encoding may differ from the input).
+//   encoding is a fixed point (fields of unknown tags are kept, after the known
+//   ones; a repeated tag keeps its last value, so the first encoding may
+//   differ from the input).
 //
 // Every key kind is answered with one fixed 32-byte key (no Argon2id: a
 // passphrase header's parameters are checked, not used), so seeds sealed with
@@ -55,7 +60,7 @@ let fixedKey: SecretBytes = {
 }()
 
 /// Where the check box sits: after the fixed-size header.
-let checkRange = 47..<(47 + AEAD.overhead)
+let checkRange = 71..<(71 + AEAD.overhead)
 
 func parse(_ bytes: [UInt8]) throws(StoreError) -> VaultFile {
     try VaultFile.parse(bytes) { _, _ throws(StoreError) in fixedKey }.0
@@ -70,14 +75,31 @@ func serialize(_ file: VaultFile) -> [UInt8] {
 }
 
 func checkFile(_ bytes: [UInt8]) {
-    let file: VaultFile
+    let read: VaultFile
     do {
-        file = try parse(bytes)
+        read = try parse(bytes)
     } catch {
         return
     }
+    let file: VaultFile
+    do {
+        file = try read.next(key: fixedKey)
+    } catch {
+        fail("a parsed file cannot be sealed again: \(error)")
+    }
+    for name in read.records.keys {
+        guard let before = try? read.open(name, key: fixedKey), let after = try? file.open(name, key: fixedKey), before == after else {
+            fail("sealing again changed or lost a record")
+        }
+        var stale = file
+        stale.records[name] = read.records[name]
+        guard (try? stale.open(name, key: fixedKey)) == nil else { fail("a record of an earlier write opens in the next") }
+    }
+    if !read.sealedByName {
+        let same = serialize(read)
+        guard same.count == bytes.count else { fail("serializing changed the size from \(bytes.count) to \(same.count)") }
+    }
     let first = serialize(file)
-    guard first.count == bytes.count else { fail("serializing changed the size from \(bytes.count) to \(first.count)") }
     let again: VaultFile
     do {
         again = try parse(first)
@@ -90,8 +112,8 @@ func checkFile(_ bytes: [UInt8]) {
     second.replaceSubrange(checkRange, with: repeatElement(0, count: checkRange.count))
     masked.replaceSubrange(checkRange, with: repeatElement(0, count: checkRange.count))
     guard second == masked else { fail("serializing is not a fixed point") }
-    for (name, box) in file.records {
-        guard let plaintext = try? AEAD.open(box, key: fixedKey, associatedData: Array(name.utf8)) else {
+    for name in file.records.keys {
+        guard let plaintext = try? file.open(name, key: fixedKey) else {
             fail("a record of a parsed file does not open")
         }
         checkRecord(plaintext)
@@ -127,25 +149,24 @@ func writeSeeds(to folder: String) {
         )
         let ci = AccountSecrets(refreshToken: try secret("seed-refresh-token-ci"))
         let kept = AccountSecrets(clientSecret: try secret("kept-client-secret"))
-        func seal(_ secrets: AccountSecrets, _ name: String) throws -> [UInt8] {
-            try AEAD.seal(try secrets.encoded(), key: fixedKey, associatedData: Array(name.utf8))
+        func file(_ kind: VaultFile.KeyKind, _ kdf: PasswordKDF?, _ records: [(String, AccountSecrets)]) throws -> VaultFile {
+            var file = VaultFile(keyKind: kind, kdf: kdf, fileID: Array(repeating: 0x3C, count: VaultFile.fileIDBytes), counter: 6, records: [:])
+            for (name, secrets) in records {
+                let binding = Array("a-0123\u{0}https://id.example.org\u{0}cli".utf8)
+                file = try file.next(key: fixedKey, setting: name, to: try secrets.encoded(), binding: name == "home" ? [] : binding)
+            }
+            return file
         }
         let files: [(String, VaultFile)] = [
-            ("empty-raw", VaultFile(keyKind: .raw, kdf: nil, records: [:])),
-            ("one-record", VaultFile(keyKind: .raw, kdf: nil, records: ["work": try seal(work, "work")])),
-            (
-                "three-records",
-                VaultFile(
-                    keyKind: .raw, kdf: nil,
-                    records: ["work": try seal(work, "work"), "ci": try seal(ci, "ci"), "home": try seal(kept, "home")]
-                )
-            ),
+            ("empty-raw", try file(.raw, nil, [])),
+            ("one-record", try file(.raw, nil, [("work", work)])),
+            ("three-records", try file(.raw, nil, [("work", work), ("ci", ci), ("home", kept)])),
             (
                 "passphrase",
-                VaultFile(
-                    keyKind: .passphrase,
-                    kdf: PasswordKDF(salt: Array(repeating: 0x5A, count: PasswordKDF.saltBytes), opsLimit: 3, memLimit: 1 << 26),
-                    records: ["ci": try seal(ci, "ci")]
+                try file(
+                    .passphrase,
+                    PasswordKDF(salt: Array(repeating: 0x5A, count: PasswordKDF.saltBytes), opsLimit: 3, memLimit: 1 << 26),
+                    [("ci", ci)]
                 )
             ),
         ]

@@ -39,10 +39,11 @@ extension Broker {
         }
         var moved: [String] = []
         for account in self.accounts.keys.sorted() {
+            let owner = self.owner(of: account)
             do throws(StoreError) {
-                guard let secrets = try await source.load(account) else { continue }
-                try await target.save(secrets, for: account)
-                guard try await target.load(account) == secrets else {
+                guard let secrets = try await source.load(owner) else { continue }
+                try await target.save(secrets, for: owner)
+                guard try await target.load(owner) == secrets else {
                     throw StoreError(.io, "the \(name) backend did not give back what was written for '\(account)'")
                 }
                 _ = try await source.remove(account)

@@ -120,7 +120,8 @@ extension Broker: SignInBroker {
         let clientSecret = self.accounts[name]?.secrets.clientSecret
         let secrets = AccountSecrets(refreshToken: refreshToken, clientSecret: clientSecret, idToken: response.idToken)
         do {
-            try await self.stored { store throws(StoreError) in try await store.save(secrets, for: name) }
+            let owner = self.owner(of: name)
+            try await self.stored { store throws(StoreError) in try await store.save(secrets, for: owner) }
         } catch {
             self.logger.error("signed-in refresh token not saved", metadata: ["account": "\(name)", "reason": "\(error.message)"])
             throw VaultError(error)

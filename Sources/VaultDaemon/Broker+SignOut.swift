@@ -87,13 +87,14 @@ extension Broker {
             name: name, configuration: account.configuration, secrets: secrets, wiped: [.memory], notified: 0, spending: spending
         )
         let configured = self.store.backend
+        let owner = self.owner(of: name)
         for store in [self.store] + self.alsoWipe {
             let keep = store.backend == configured ? kept : nil
             do {
                 let held = try await self.stored { _ throws(StoreError) -> Bool in
                     let held = try await store.load(name)
                     if let keep {
-                        try await store.save(keep, for: name)
+                        try await store.save(keep, for: owner)
                     } else if held != nil {
                         _ = try await store.remove(name)
                     }

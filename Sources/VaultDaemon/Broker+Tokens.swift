@@ -265,8 +265,9 @@ extension Broker {
         }
         if rotated != nil {
             let secrets = self.accounts[name]?.secrets ?? AccountSecrets()
+            let owner = self.owner(of: name)
             do {
-                try await self.stored { store throws(StoreError) in try await store.save(secrets, for: name) }
+                try await self.stored { store throws(StoreError) in try await store.save(secrets, for: owner) }
                 self.saved(name)
             } catch {
                 self.logger.error("rotated refresh token not saved", metadata: ["account": "\(name)", "reason": "\(error.message)"])

@@ -122,8 +122,14 @@ public actor Broker {
         for name in self.accounts.keys.sorted() {
             guard let generation = self.accounts[name]?.generation else { continue }
             let secrets: AccountSecrets?
+            let owner = self.owner(of: name)
             do {
-                secrets = try await self.stored { store throws(StoreError) in try await store.load(name) }
+                secrets = try await self.stored { store throws(StoreError) in try await store.load(owner) }
+            } catch where error.kind == .foreign {
+                // Sealed for another account, issuer or client than accounts.json now names: left
+                // as it is, and never sent to this one's issuer. A new sign-in replaces it.
+                self.logger.warning("record not for this account; signed out", metadata: ["account": "\(name)", "reason": "\(error.message)"])
+                continue
             } catch {
                 throw VaultError(error)
             }
@@ -170,8 +176,9 @@ public actor Broker {
     func saveUnsaved() async {
         for name in self.unsaved.sorted() {
             guard let secrets = self.accounts[name]?.secrets, !self.store.isLocked else { continue }
+            let owner = self.owner(of: name)
             do {
-                try await self.stored { store throws(StoreError) in try await store.save(secrets, for: name) }
+                try await self.stored { store throws(StoreError) in try await store.save(secrets, for: owner) }
                 self.saved(name)
             } catch {
                 self.notSaved(name, error)
@@ -223,10 +230,11 @@ public actor Broker {
         self.accounts[name] = Account(configuration: configuration, secrets: secrets, generation: self.newGeneration())
         self.cache.configure(configuration)
         let generation = self.accounts[name]?.generation
+        let owner = self.owner(of: name)
         do throws(VaultError) {
             if !secrets.isEmpty {
                 do {
-                    try await self.stored { store throws(StoreError) in try await store.save(secrets, for: name) }
+                    try await self.stored { store throws(StoreError) in try await store.save(secrets, for: owner) }
                 } catch {
                     throw VaultError(error)
                 }
@@ -320,6 +328,14 @@ public actor Broker {
         account.spending = nil
         self.accounts[name] = account
         self.cache.clearTokens(account: name)
+    }
+
+    /// Who `name`'s record belongs to: the account's identity, issuer and client.
+    func owner(of name: String) -> RecordOwner {
+        guard let configuration = self.accounts[name]?.configuration, let identity = configuration.identity else {
+            return RecordOwner(unbound: name)
+        }
+        return RecordOwner(name: name, identity: identity, issuer: configuration.issuer, clientID: configuration.clientID)
     }
 
     func newGeneration() -> Int {

@@ -9,11 +9,12 @@ extension AccountSecrets {
         case idToken = 3
     }
 
-    private var fields: [(Tag, SecretBytes)] {
-        var fields: [(Tag, SecretBytes)] = []
-        if let refreshToken { fields.append((.refreshToken, refreshToken)) }
-        if let clientSecret { fields.append((.clientSecret, clientSecret)) }
-        if let idToken { fields.append((.idToken, idToken)) }
+    private var fields: [(UInt8, SecretBytes)] {
+        var fields: [(UInt8, SecretBytes)] = []
+        if let refreshToken { fields.append((Tag.refreshToken.rawValue, refreshToken)) }
+        if let clientSecret { fields.append((Tag.clientSecret.rawValue, clientSecret)) }
+        if let idToken { fields.append((Tag.idToken.rawValue, idToken)) }
+        for field in self.unknownFields { fields.append((field.tag, field.value)) }
         return fields
     }
 
@@ -25,7 +26,7 @@ extension AccountSecrets {
             encoded = try SecretBytes(count: total) { out in
                 var offset = 0
                 for (tag, value) in fields {
-                    out[offset] = tag.rawValue
+                    out[offset] = tag
                     let length = UInt32(value.count)
                     for i in 0..<4 { out[offset + 1 + i] = UInt8(truncatingIfNeeded: length >> (24 - 8 * i)) }
                     offset += 5
@@ -71,7 +72,10 @@ extension AccountSecrets {
                 case .refreshToken: secrets.refreshToken = value
                 case .clientSecret: secrets.clientSecret = value
                 case .idToken: secrets.idToken = value
-                case nil: continue  // a field from a newer version: authenticated, kept unread
+                case nil:
+                    // A field from a newer version: authenticated, kept unread, written back.
+                    secrets.unknownFields.removeAll { $0.tag == tag }
+                    secrets.unknownFields.append(UnknownField(tag: tag, value: value))
                 }
             }
             return .success(secrets)

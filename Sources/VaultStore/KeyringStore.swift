@@ -69,8 +69,11 @@ public final class KeyringStore: SecretStore {
     /// `unlock`) last asked, until a call succeeds.
     public var unreachable: String? { self.state.withLock { $0.unreachable } }
 
-    public func load(_ account: String) async throws(StoreError) -> AccountSecrets? {
-        try await self.perform { (call) throws(StoreError) -> AccountSecrets? in
+    /// The keyring keeps no binding: its items are the desktop's, readable by
+    /// the user's programs through the Secret Service anyway; an item is found by name.
+    public func load(_ owner: RecordOwner) async throws(StoreError) -> AccountSecrets? {
+        let account = owner.name
+        return try await self.perform { (call) throws(StoreError) -> AccountSecrets? in
             let lib = call.lib
             guard let collection = try call.defaultCollection() else { return nil }
             defer { lib.g_object_unref(collection) }
@@ -100,7 +103,8 @@ public final class KeyringStore: SecretStore {
         }
     }
 
-    public func save(_ secrets: AccountSecrets, for account: String) async throws(StoreError) {
+    public func save(_ secrets: AccountSecrets, for owner: RecordOwner) async throws(StoreError) {
+        let account = owner.name
         try await self.perform { (call) throws(StoreError) in
             let lib = call.lib
             guard let collection = try call.defaultCollection() else { throw KeyringCall.noDefaultCollection }

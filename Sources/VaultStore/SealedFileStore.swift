@@ -43,6 +43,9 @@ public final class SealedFileStore: SecretStore {
     private struct State {
         var key: SecretBytes?
         var file: VaultFile?
+        /// Owners' bindings for records read unbound (written before
+        /// bindings): each is sealed to its binding at the next write.
+        var rebind: [String: [UInt8]] = [:]
     }
 
     /// Opens the vault at `path`. With a key file or credential the key is
@@ -73,47 +76,44 @@ public final class SealedFileStore: SecretStore {
 
     public var isLocked: Bool { self.state.withLock { $0.key == nil } }
 
-    public func load(_ account: String) async throws(StoreError) -> AccountSecrets? {
+    public func load(_ owner: RecordOwner) async throws(StoreError) -> AccountSecrets? {
         try await self.offload { () throws(StoreError) in
             try self.state.withLock { (state) throws(StoreError) -> AccountSecrets? in
                 let (key, file) = try Self.unlocked(state)
-                guard let box = file.records[account] else { return nil }
-                let plaintext: SecretBytes
-                do {
-                    plaintext = try AEAD.open(box, key: key, associatedData: Array(account.utf8))
-                } catch {
-                    throw StoreError(.corrupt, "the record of '\(account)' does not open")
+                guard let record = file.records[owner.name] else { return nil }
+                if !owner.binding.isEmpty {
+                    if record.binding.isEmpty {
+                        state.rebind[owner.name] = owner.binding
+                    } else if record.binding != owner.binding {
+                        throw StoreError(
+                            .foreign,
+                            "the record of '\(owner.name)' was sealed for another account of that name, or another issuer or client; "
+                                + "its refresh token is not sent elsewhere"
+                        )
+                    }
                 }
+                guard let plaintext = try file.open(owner.name, key: key) else { return nil }
                 return try AccountSecrets(decoding: plaintext)
             }
         }
     }
 
-    public func save(_ secrets: AccountSecrets, for account: String) async throws(StoreError) {
+    public func save(_ secrets: AccountSecrets, for owner: RecordOwner) async throws(StoreError) {
+        guard owner.binding.count <= Int(UInt16.max) else {
+            throw StoreError(.io, "the account of '\(owner.name)' names an issuer or client too long to bind a record to")
+        }
         try await self.offload { () throws(StoreError) in
-            _ = try self.change { (file, key) throws(StoreError) -> VaultFile? in
-                var next = file
-                do {
-                    next.records[account] = try AEAD.seal(
-                        try secrets.encoded(),
-                        key: key,
-                        associatedData: Array(account.utf8)
-                    )
-                } catch {
-                    throw StoreError(.io, "could not seal the record of '\(account)'")
-                }
-                return next
+            _ = try self.change { (file, key, rebind) throws(StoreError) -> VaultFile? in
+                try file.next(key: key, rebind: rebind, setting: owner.name, to: try secrets.encoded(), binding: owner.binding)
             }
         }
     }
 
     public func remove(_ account: String) async throws(StoreError) -> Bool {
         try await self.offload { () throws(StoreError) -> Bool in
-            try self.change { (file, _) throws(StoreError) -> VaultFile? in
+            try self.change { (file, key, rebind) throws(StoreError) -> VaultFile? in
                 guard file.records[account] != nil else { return nil }
-                var next = file
-                next.records[account] = nil
-                return next
+                return try file.next(key: key, rebind: rebind, setting: account)
             }
         }
     }
@@ -122,14 +122,22 @@ public final class SealedFileStore: SecretStore {
     /// keeps it; true when it wrote. One change at a time, under `writer`; the
     /// state lock is held only to read the file and to keep the new one, so
     /// the lock state is read meanwhile without waiting on the disk.
-    private func change(_ body: (VaultFile, SecretBytes) throws(StoreError) -> VaultFile?) throws(StoreError) -> Bool {
+    private func change(
+        _ body: (VaultFile, SecretBytes, [String: [UInt8]]) throws(StoreError) -> VaultFile?
+    ) throws(StoreError) -> Bool {
         try self.writer.withLock { (_: inout Void) throws(StoreError) -> Bool in
-            let (key, file) = try self.state.withLock { (state) throws(StoreError) in try Self.unlocked(state) }
-            guard let next = try body(file, key) else { return false }
+            let (key, file, rebind) = try self.state.withLock { (state) throws(StoreError) in
+                let (key, file) = try Self.unlocked(state)
+                return (key, file, state.rebind)
+            }
+            guard let next = try body(file, key, rebind) else { return false }
             try self.write(next, key: key)
             // Locked while it was written: the file is on disk; unlocking reads it again.
             self.state.withLock { state in
-                if state.key != nil { state.file = next }
+                if state.key != nil {
+                    state.file = next
+                    state.rebind = state.rebind.filter { next.records[$0.key]?.binding.isEmpty ?? false }
+                }
             }
             return true
         }
@@ -199,7 +207,7 @@ public final class SealedFileStore: SecretStore {
             } catch {
                 throw StoreError(.io, "could not draw a salt: \(error)")
             }
-            let fresh = VaultFile(keyKind: kind, kdf: kdf, records: [:])
+            let fresh = try VaultFile.empty(keyKind: kind, kdf: kdf)
             let key = try key(kdf)
             try self.write(fresh, key: key)
             return State(key: key, file: fresh)

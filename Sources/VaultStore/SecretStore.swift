@@ -7,6 +7,14 @@ public struct AccountSecrets: Sendable, Equatable {
     public var refreshToken: SecretBytes?
     public var clientSecret: SecretBytes?
     public var idToken: SecretBytes?
+    /// Fields of a newer tokenvault, by tag: kept, unread, and written back
+    /// as they were, so an older vaultd that rewrites a record loses nothing.
+    public var unknownFields: [UnknownField] = []
+
+    public struct UnknownField: Sendable, Equatable {
+        public var tag: UInt8
+        public var value: SecretBytes
+    }
 
     public init(refreshToken: SecretBytes? = nil, clientSecret: SecretBytes? = nil, idToken: SecretBytes? = nil) {
         self.refreshToken = refreshToken
@@ -25,11 +33,12 @@ public protocol SecretStore: Sendable {
     /// True while the store cannot read or write for want of a key.
     var isLocked: Bool { get }
 
-    /// The account's secrets, or nil when the store holds none for it.
-    func load(_ account: String) async throws(StoreError) -> AccountSecrets?
+    /// The account's secrets, or nil when the store holds none for it; a
+    /// record bound to another owner of the name is `.foreign`.
+    func load(_ owner: RecordOwner) async throws(StoreError) -> AccountSecrets?
 
-    /// Replaces the account's secrets, durably, before returning.
-    func save(_ secrets: AccountSecrets, for account: String) async throws(StoreError)
+    /// Replaces the account's secrets, durably, before returning, bound to `owner`.
+    func save(_ secrets: AccountSecrets, for owner: RecordOwner) async throws(StoreError)
 
     /// Removes the account's secrets; true when there was something to remove.
     func remove(_ account: String) async throws(StoreError) -> Bool

@@ -145,4 +145,29 @@ struct TrustTests {
         await vault.stop()
         await issuer.stop()
     }
+
+    /// accounts.json pointed at another issuer (by a neighbour, or by hand):
+    /// the sealed record is bound to the issuer it came from, so the account
+    /// loads signed out and its refresh token is never sent to the new one.
+    @Test func aRecordIsNeverSentToAnotherIssuerThanItsOwn() async throws {
+        let issuer = try await TestIssuer.start()
+        let impostor = try await TestIssuer.start()
+        let folder = try temporaryFolder()
+        var vault = try await InProcessVault.start(folder: folder)
+        try await self.signedIn(vault, at: issuer)
+        _ = try await vault.workToken()
+        await vault.stop()
+        let file = folder + "/config/accounts.json"
+        let text = try String(contentsOfFile: file, encoding: .utf8)
+        try text.replacingOccurrences(of: issuer.issuer, with: impostor.issuer).write(toFile: file, atomically: false, encoding: .utf8)
+
+        vault = try await InProcessVault.start(folder: folder)
+        #expect(await vault.broker.status().accounts.first?.signedIn == false)
+        let refused = await vault.workTokenFailure(force: true)
+        #expect(refused?.code == .notSignedIn, "\(String(describing: refused))")
+        #expect(impostor.refreshCount == 0 && impostor.requestCount(at: TestIssuer.tokenPath) == 0)
+        await vault.stop()
+        await issuer.stop()
+        await impostor.stop()
+    }
 }

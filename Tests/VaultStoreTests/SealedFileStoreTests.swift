@@ -64,6 +64,114 @@ import VaultCrypto
         #expect(throws: StoreError.self) { try self.keyFileStore() }
     }
 
+    /// The bytes from the record named `name` to the end (the records are last, sorted by name).
+    func tail(_ bytes: [UInt8], from name: String) throws -> Int {
+        let utf8 = Array(name.utf8)
+        return try #require(bytes.indices.last { Array(bytes[$0..<min($0 + utf8.count, bytes.count)]) == utf8 }) - 2
+    }
+
+    /// A record from an older copy of the vault (a rollback of one account,
+    /// say to before its sign-out) does not open in the newer file.
+    @Test func aRecordFromAnOlderWriteDoesNotOpen() async throws {
+        let store = try self.keyFileStore()
+        try await store.save(try self.secrets("rt-old"), for: "work")
+        let older = try self.bytes(self.vaultPath)
+        try await store.save(try self.secrets("rt-new"), for: "work")
+        var newer = try self.bytes(self.vaultPath)
+        #expect(older.count == newer.count)
+        let at = try self.tail(newer, from: "work")
+        newer.replaceSubrange(at..., with: older[at...])
+        try self.write(newer, self.vaultPath)
+        let refused = #expect(throws: StoreError.self) { try self.keyFileStore() }
+        #expect(refused?.kind == .corrupt && refused?.message.contains("older copy") == true, "\(String(describing: refused))")
+    }
+
+    /// The same key, another vault file: its records do not open in this one.
+    @Test func aRecordFromAnotherVaultDoesNotOpen() async throws {
+        let store = try self.keyFileStore()
+        try await store.save(try self.secrets("rt-1"), for: "work")
+        let other = self.folder + "/other"
+        try FileManager.default.createDirectory(atPath: other, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: self.keyPath, toPath: other + "/vault.key")
+        let second = try SealedFileStore(path: other + "/vault.sealed", keySource: .keyFile(other + "/vault.key"))
+        try await second.save(try self.secrets("rt-2"), for: "work")
+        var mine = try self.bytes(self.vaultPath)
+        let theirs = try self.bytes(other + "/vault.sealed")
+        let at = try self.tail(mine, from: "work")
+        mine.replaceSubrange(at..., with: theirs[try self.tail(theirs, from: "work")...])
+        try self.write(mine, self.vaultPath)
+        #expect(throws: StoreError.self) { try self.keyFileStore() }
+    }
+
+    /// A record bound to one account's identity, issuer and client opens
+    /// for that owner only: one with another issuer (accounts.json edited)
+    /// is told `.foreign`, never handed the refresh token.
+    @Test func aBoundRecordOpensOnlyForItsOwner() async throws {
+        let owner = RecordOwner(name: "work", identity: "a-1", issuer: "https://id.example.org", clientID: "cli")
+        try await self.keyFileStore().save(try self.secrets("rt-1"), for: owner)
+        let store = try self.keyFileStore()
+        #expect(try await store.load(owner) == (try self.secrets("rt-1")))
+        for other in [
+            RecordOwner(name: "work", identity: "a-1", issuer: "https://evil.example", clientID: "cli"),
+            RecordOwner(name: "work", identity: "a-2", issuer: "https://id.example.org", clientID: "cli"),
+            RecordOwner(name: "work", identity: "a-1", issuer: "https://id.example.org", clientID: "other"),
+        ] {
+            let refused = await #expect(throws: StoreError.self) { _ = try await store.load(other) }
+            #expect(refused?.kind == .foreign, "\(String(describing: refused))")
+        }
+        // The binding is sealed in: rewritten in the file, the record does not open.
+        var bytes = try self.bytes(self.vaultPath)
+        let issuer = Array("id.example.org".utf8)
+        let at = try #require(bytes.indices.first { Array(bytes[$0..<min($0 + issuer.count, bytes.count)]) == issuer })
+        bytes.replaceSubrange(at..<at + issuer.count, with: Array("id.example.net".utf8))
+        try self.write(bytes, self.vaultPath)
+        #expect(throws: StoreError.self) { try self.keyFileStore() }
+    }
+
+    /// A version 1 vault (records sealed to their names alone) is read, and
+    /// written as version 2 at its next change, each record then bound to
+    /// the owner it was read for.
+    @Test func aVersionOneVaultIsReadAndUpgraded() async throws {
+        _ = try self.keyFileStore()
+        let key = try SecretBytes(copying: try self.bytes(self.keyPath))
+        var v1 = Array("TOKENVLT".utf8) + [0, 1, 1] + [UInt8](repeating: 0, count: 32) + [0, 0, 0, 2]
+        v1 += try AEAD.seal(try SecretBytes(copying: []), key: key, associatedData: v1)
+        for (name, token) in [("home", "rt-home"), ("work", "rt-work")] {
+            let box = try AEAD.seal(try self.secrets(token).encoded(), key: key, associatedData: Array(name.utf8))
+            v1 += [0, UInt8(name.utf8.count)] + Array(name.utf8)
+            v1 += [UInt8(box.count >> 24), UInt8(box.count >> 16 & 0xFF), UInt8(box.count >> 8 & 0xFF), UInt8(box.count & 0xFF)] + box
+        }
+        try self.write(v1, self.vaultPath)
+        let owner = RecordOwner(name: "work", identity: "a-1", issuer: "https://id.example.org", clientID: "cli")
+        let store = try self.keyFileStore()
+        #expect(try await store.load(owner) == (try self.secrets("rt-work")))
+        try await store.save(try self.secrets("rt-3"), for: "other")
+        let upgraded = try self.bytes(self.vaultPath)
+        #expect(upgraded[9] == 2, "written as version 2")
+        let reopened = try self.keyFileStore()
+        #expect(try await reopened.load(owner) == (try self.secrets("rt-work")))
+        #expect(try await reopened.load("home") == (try self.secrets("rt-home")))
+        let stranger = RecordOwner(name: "work", identity: "a-9", issuer: "https://id.example.org", clientID: "cli")
+        await #expect(throws: StoreError.self) { _ = try await reopened.load(stranger) }
+    }
+
+    /// Fields of a newer version are kept through a rewrite by this one.
+    @Test func fieldsOfANewerVersionAreKept() async throws {
+        // refresh token "rt", then tag 9 (unknown here) holding "dpop-key".
+        let plaintext: [UInt8] = [1, 0, 0, 0, 2] + Array("rt".utf8) + [9, 0, 0, 0, 8] + Array("dpop-key".utf8)
+        var secrets = try AccountSecrets(decoding: try SecretBytes(copying: plaintext))
+        #expect(secrets.unknownFields.count == 1)
+        let store = try self.keyFileStore()
+        try await store.save(secrets, for: "work")
+        secrets = try #require(try await self.keyFileStore().load("work"))
+        secrets.refreshToken = try SecretBytes(utf8: "rotated")
+        try await store.save(secrets, for: "work")
+        let again = try #require(try await self.keyFileStore().load("work"))
+        #expect(again.unknownFields.map(\.tag) == [9])
+        #expect(again.unknownFields.first?.value == (try SecretBytes(utf8: "dpop-key")))
+        #expect(again.refreshToken == (try SecretBytes(utf8: "rotated")))
+    }
+
     @Test func refusesDamagedFilesAndNeverOverwritesThem() async throws {
         let store = try self.keyFileStore()
         try await store.save(try self.secrets("rt-1"), for: "work")
@@ -76,12 +184,12 @@ import VaultCrypto
             ("empty", [], .foreign),
         ]
         var newer = good
-        newer[9] = 2
+        newer[9] = 3
         damaged.append(("newer version", newer, .foreign))
         for index in [12, 50, good.count - 1] {
             var flipped = good
             flipped[index] ^= 0x40
-            damaged.append(("bit \(index)", flipped, index < 87 ? .wrongKey : .corrupt))
+            damaged.append(("bit \(index)", flipped, index < 111 ? .wrongKey : .corrupt))
         }
         for (label, bytes, kind) in damaged {
             try self.write(bytes, self.vaultPath)
