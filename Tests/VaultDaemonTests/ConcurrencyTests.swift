@@ -349,7 +349,9 @@ struct ConcurrencyTests {
                     refreshToken: try SecretBytes(utf8: issuer.mintRefreshToken(scope: "profile offline_access"))
                 )
             )
-            let client = try LineClient(path: vault.socketPath, timeoutSeconds: 10)
+            // A caller that waited on the held refresh would never be answered;
+            // 30 s tells that from a first refresh slowed by the suite beside it.
+            let client = try LineClient(path: vault.socketPath, timeoutSeconds: 30)
             let request = #"{"id":1,"op":"token","account":"work","min_ttl":1}"#
             let first = await client.call(request)
             #expect(first?["ok"] as? Bool == true, "\(String(describing: first))")
@@ -440,9 +442,9 @@ final class GatedStore: SecretStore, @unchecked Sendable {
         for continuation in waiting { continuation.resume() }
     }
 
-    func load(_ account: String) async throws(StoreError) -> AccountSecrets? { try await self.inner.load(account) }
+    func load(_ owner: RecordOwner) async throws(StoreError) -> AccountSecrets? { try await self.inner.load(owner) }
 
-    func save(_ secrets: AccountSecrets, for account: String) async throws(StoreError) {
+    func save(_ secrets: AccountSecrets, for owner: RecordOwner) async throws(StoreError) {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let resumeNow = self.lock.withLock {
                 guard self.holding else { return true }
@@ -451,7 +453,7 @@ final class GatedStore: SecretStore, @unchecked Sendable {
             }
             if resumeNow { continuation.resume() }
         }
-        try await self.inner.save(secrets, for: account)
+        try await self.inner.save(secrets, for: owner)
     }
 
     func remove(_ account: String) async throws(StoreError) -> Bool { try await self.inner.remove(account) }
