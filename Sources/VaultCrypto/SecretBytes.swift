@@ -53,6 +53,13 @@ public struct SecretBytes: Sendable {
 
     public var count: Int { self.storage.buffer.count }
 
+    /// Zeroes the bytes in place, for every copy of this value at once: for a
+    /// secret that is being destroyed (a refresh token at sign-out), so that
+    /// a copy some task still holds keeps nothing of it either.
+    public func wipe() {
+        sodium_memzero(self.storage.buffer.baseAddress, self.storage.buffer.count)
+    }
+
     /// The only way to read the bytes. Do not let the pointer escape `body`.
     public func withUnsafeBytes<R, E: Error>(
         _ body: (UnsafeRawBufferPointer) throws(E) -> R

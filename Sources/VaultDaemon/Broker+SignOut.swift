@@ -136,6 +136,11 @@ extension Broker {
                 reasons.append(VaultError(error, account: name).message)
             }
         }
+        // Revoked, or tried: the refresh token and ID token are destroyed in
+        // place, whoever still holds a copy of them (the client secret, the
+        // application's, stays with the account).
+        wipe.secrets.refreshToken?.wipe()
+        wipe.secrets.idToken?.wipe()
         self.logger.notice(
             "signed out",
             metadata: ["account": "\(name)", "revoked": "\(revoked.rawValue)", "wiped": "\(wipe.wiped.map(\.rawValue))", "notified": "\(wipe.notified)"]

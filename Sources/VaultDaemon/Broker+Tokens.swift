@@ -165,7 +165,14 @@ extension Broker {
             throw VaultError.notSignedIn(name)
         }
         self.logger.notice("refresh token released", metadata: peer.auditMetadata.merging(["account": "\(name)"]) { $1 })
-        return RefreshTokenResult(refreshToken: refreshToken)
+        // A copy of its own: a sign-out meanwhile wipes the account's in place.
+        let released: SecretBytes
+        do {
+            released = try refreshToken.withUnsafeBytes { bytes throws(SodiumError) in try SecretBytes(copying: bytes) }
+        } catch {
+            throw VaultError(.internalError, "could not allocate guarded memory for the refresh token")
+        }
+        return RefreshTokenResult(refreshToken: released)
     }
 
     /// `claims`: the account's last validated ID token.

@@ -1,5 +1,6 @@
 import Logging
 import NIOCore
+import VaultCrypto
 import VaultProtocol
 
 /// One client connection: splits what it reads into lines, asks the
@@ -126,8 +127,11 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
         if self.inbound == nil {
             self.inbound = bytes
         } else {
+            let read = bytes
             self.inbound!.discardReadBytes()
             self.inbound!.writeBuffer(&bytes)
+            // Copied into `inbound`: the read's own buffer keeps nothing of it.
+            read.withUnsafeReadableBytes { secureZero(UnsafeMutableRawBufferPointer(mutating: $0)) }
         }
         self.drain(context: context)
         if context.channel.isActive, self.inbound != nil, !self.mayDecode(context),
@@ -167,7 +171,12 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     private func handle(_ line: ByteBuffer, context: ChannelHandlerContext) {
-        let request = line.withUnsafeReadableBytes { LineCodec.request(from: $0) }
+        // Decoded, the line is zeroed where it was read: it may carry a
+        // password, a code or a refresh token, and its buffer is freed unwiped.
+        let request = line.withUnsafeReadableBytes { bytes in
+            defer { secureZero(UnsafeMutableRawBufferPointer(mutating: bytes)) }
+            return LineCodec.request(from: bytes)
+        }
         switch self.dispatcher.handle(request, from: self.peer) {
         case .ready(let response):
             self.send(response, context: context, flush: false)

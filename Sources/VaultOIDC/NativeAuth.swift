@@ -68,7 +68,7 @@ extension OIDCClient {
         try await self.native(
             endpoints.challenge,
             [
-                ("client_id", clientID), ("continuation_token", continuation.unsafeString()),
+                ("client_id", clientID), ("continuation_token", continuation),
                 ("challenge_type", Self.challengeList(challengeTypes)),
             ]
         )
@@ -85,8 +85,8 @@ extension OIDCClient {
         try await self.native(
             endpoints.token,
             [
-                ("client_id", clientID), ("continuation_token", continuation.unsafeString()), ("grant_type", "oob"),
-                ("oob", code.unsafeString()), ("scope", scope), ("client_info", "true"),
+                ("client_id", clientID), ("continuation_token", continuation), ("grant_type", "oob"),
+                ("oob", code), ("scope", scope), ("client_info", "true"),
             ]
         )
     }
@@ -104,8 +104,8 @@ extension OIDCClient {
         try await self.native(
             endpoints.token,
             [
-                ("client_id", clientID), ("username", username), ("continuation_token", continuation.unsafeString()),
-                ("grant_type", "password"), ("password", password.unsafeString()), ("scope", scope),
+                ("client_id", clientID), ("username", username), ("continuation_token", continuation),
+                ("grant_type", "password"), ("password", password), ("scope", scope),
                 ("client_info", "true"), ("challenge_type", Self.challengeList(challengeTypes)),
             ]
         )
@@ -116,17 +116,18 @@ extension OIDCClient {
         (types.filter { $0 != "redirect" } + ["redirect"]).joined(separator: " ")
     }
 
-    private func native(_ url: String, _ fields: [(String, String)]) async throws(NativeAuthError) -> NativeAuthAnswer {
+    private func native(_ url: String, _ fields: [(String, any FormValue)]) async throws(NativeAuthError) -> NativeAuthAnswer {
         var body = FormEncoding.encode(fields)
         defer { body.secureZero() }
         var headers = HTTPHeaders()
         headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded")
-        let reply: Reply
+        var reply: Reply
         do {
             reply = try await self.send(url: url, method: .POST, headers: headers, body: body)
         } catch {
             throw .provider(error)
         }
+        defer { reply.body.secureZero() }
         return try NativeAuthParser.parse(status: reply.status, body: reply.body, retryAfter: reply.retryAfter)
     }
 }

@@ -128,20 +128,21 @@ public actor OIDCClient {
         client: ClientCredentials,
         metadata: ProviderMetadata
     ) async throws(ProviderError) -> TokenResponse {
-        var fields = [("grant_type", "refresh_token"), ("refresh_token", refreshToken.unsafeString())]
+        var fields: [(String, any FormValue)] = [("grant_type", "refresh_token"), ("refresh_token", refreshToken)]
         if let scope { fields.append(("scope", scope)) }
         return try await self.token(fields: fields, client: client, metadata: metadata)
     }
 
     /// A POST to the token endpoint with client authentication.
     public func token(
-        fields: [(String, String)],
+        fields: [(String, any FormValue)],
         client: ClientCredentials,
         metadata: ProviderMetadata
     ) async throws(ProviderError) -> TokenResponse {
         var (body, headers) = self.authenticated(fields, client: client, metadata: metadata)
         defer { body.secureZero() }
-        let reply = try await self.send(url: metadata.tokenEndpoint, method: .POST, headers: headers, body: body)
+        var reply = try await self.send(url: metadata.tokenEndpoint, method: .POST, headers: headers, body: body)
+        defer { reply.body.secureZero() }
         return try TokenResponseParser.parse(status: reply.status, body: reply.body, retryAfter: reply.retryAfter)
     }
 
@@ -149,7 +150,7 @@ public actor OIDCClient {
     /// when the client has a secret and the issuer accepts it, else the
     /// secret in the body; a public client sends only `client_id`.
     nonisolated func authenticated(
-        _ fields: [(String, String)],
+        _ fields: [(String, any FormValue)],
         client: ClientCredentials,
         metadata: ProviderMetadata
     ) -> (body: [UInt8], headers: HTTPHeaders) {
@@ -162,7 +163,7 @@ public actor OIDCClient {
                 headers.add(name: "Authorization", value: "Basic " + Data(pair.utf8).base64EncodedString())
             } else {
                 fields.append(("client_id", client.clientID))
-                fields.append(("client_secret", secret.unsafeString()))
+                fields.append(("client_secret", secret))
             }
         } else {
             fields.append(("client_id", client.clientID))
@@ -301,7 +302,10 @@ public actor OIDCClient {
         outgoing.method = method
         outgoing.headers = headers
         outgoing.headers.add(name: "Accept", value: "application/json")
-        if let body { outgoing.body = .bytes(ByteBuffer(bytes: body)) }
+        // The request's body buffer, kept to be wiped once the answer is in:
+        // by then AsyncHTTPClient has written it and holds it no more.
+        let sent = body.map { ByteBuffer(bytes: $0) }
+        if let sent { outgoing.body = .bytes(sent) }
         let request = outgoing
         let timeout = timeout ?? self.configuration.timeout
         let deadline = NIODeadline.now() + timeout
@@ -318,6 +322,8 @@ public actor OIDCClient {
                     var buffer = try await response.body.collect(upTo: limit)
                     let bytes = buffer.readBytes(length: buffer.readableBytes) ?? []
                     buffer.withUnsafeMutableReadableBytes { secureZero($0) }
+                    // In place, not through a copy-on-write copy: no one reads it any more.
+                    sent?.withUnsafeReadableBytes { secureZero(UnsafeMutableRawBufferPointer(mutating: $0)) }
                     return Reply(
                         status: response.status.code,
                         body: bytes,

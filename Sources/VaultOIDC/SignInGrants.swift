@@ -111,9 +111,9 @@ extension OIDCClient {
         client: ClientCredentials,
         metadata: ProviderMetadata
     ) async throws(ProviderError) -> TokenResponse {
-        let fields = [
+        let fields: [(String, any FormValue)] = [
             ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", request.redirectURI),
-            ("code_verifier", request.verifier.unsafeString()),
+            ("code_verifier", request.verifier),
         ]
         return try await self.token(fields: fields, client: client, metadata: metadata)
     }
@@ -128,8 +128,8 @@ extension OIDCClient {
         client: ClientCredentials,
         metadata: ProviderMetadata
     ) async throws(ProviderError) -> TokenResponse {
-        let fields = [
-            ("grant_type", "password"), ("username", username), ("password", password.unsafeString()),
+        let fields: [(String, any FormValue)] = [
+            ("grant_type", "password"), ("username", username), ("password", password),
             ("scope", scope),
         ]
         return try await self.token(fields: fields, client: client, metadata: metadata)
@@ -159,9 +159,9 @@ extension OIDCClient {
         client: ClientCredentials,
         metadata: ProviderMetadata
     ) async throws(ProviderError) -> TokenResponse {
-        let fields = [
+        let fields: [(String, any FormValue)] = [
             ("grant_type", "urn:ietf:params:oauth:grant-type:device_code"),
-            ("device_code", device.deviceCode.unsafeString()),
+            ("device_code", device.deviceCode),
         ]
         return try await self.token(fields: fields, client: client, metadata: metadata)
     }
@@ -211,7 +211,7 @@ extension OIDCClient {
     ) async -> (RevocationOutcome, reason: String?) {
         guard let endpoint = metadata.revocationEndpoint else { return (.unsupported, nil) }
         var (body, headers) = self.authenticated(
-            [("token", refreshToken.unsafeString()), ("token_type_hint", "refresh_token")],
+            [("token", refreshToken), ("token_type_hint", "refresh_token")],
             client: client,
             metadata: metadata
         )
@@ -234,8 +234,8 @@ extension OIDCClient {
     /// browser session that sign-in may have left behind.
     public nonisolated func endSessionURL(metadata: ProviderMetadata, clientID: String, idToken: SecretBytes?) -> String? {
         guard let endpoint = metadata.endSessionEndpoint else { return nil }
-        var fields = [("client_id", clientID)]
-        if let idToken { fields.append(("id_token_hint", idToken.unsafeString())) }
+        var fields: [(String, any FormValue)] = [("client_id", clientID)]
+        if let idToken { fields.append(("id_token_hint", idToken)) }
         return endpoint + (endpoint.contains("?") ? "&" : "?") + String(decoding: FormEncoding.encode(fields), as: UTF8.self)
     }
 }

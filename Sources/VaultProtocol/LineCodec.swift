@@ -24,14 +24,30 @@ public enum LineCodec {
     public static func codableRequest(from line: some Collection<UInt8>) -> Request {
         // JSONDecoder lets invalid UTF-8 through in fields it skips; the
         // protocol is UTF-8, so the whole line is checked first.
-        guard String(validating: line, as: UTF8.self) != nil else {
+        guard Self.isValidUTF8(line) else {
             return Request(id: nil, failure: VaultError(.badRequest, "a request line must be valid UTF-8"))
         }
-        let data = Data(line)
+        // The line may carry a secret: its copy here is wiped once decoded.
+        var data = Data(line)
+        defer { data.resetBytes(in: 0..<data.count) }
         do {
             return try Self.decoder.decode(Request.self, from: data)
         } catch {
             return Request(id: nil, failure: Self.notARequest)
+        }
+    }
+
+    /// Whether `bytes` are UTF-8, checked without making a `String` of them
+    /// (which would be one more unwiped copy of whatever secret they carry).
+    static func isValidUTF8(_ bytes: some Collection<UInt8>) -> Bool {
+        var iterator = bytes.makeIterator()
+        var decoder = UTF8()
+        while true {
+            switch decoder.decode(&iterator) {
+            case .scalarValue: continue
+            case .emptyInput: return true
+            case .error: return false
+            }
         }
     }
 
