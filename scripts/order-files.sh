@@ -156,7 +156,7 @@ wait "$filter"
 mark_profile() { callgrind_control -d "$(cat "$work/vaultd.pid")" >/dev/null; }
 mark=mark_profile profile_vaultd --tool=callgrind --demangle=no --callgrind-out-file="$work/vaultd.vaultd.callgrind"
 
-for command in "token bench --socket $socket" "git-credential bench get --socket $socket" \
+for command in "token bench --socket $socket" "git-credential bench --host example.org get --socket $socket" \
     "exec bench --socket $socket -- true"; do
     name="${command%% *}"
     # shellcheck disable=SC2086

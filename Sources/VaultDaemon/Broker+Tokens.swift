@@ -35,10 +35,12 @@ extension Broker {
 
     /// `token`: from memory when the cached token lives at least `minTTL` more
     /// seconds, else from exactly one refresh per account and scope set.
-    public func token(_ request: TokenRequest, for peer: Peer) async throws(VaultError) -> TokenResult {
+    /// `identity`: the account the gate admitted the caller to; another
+    /// account of the name since is not served.
+    public func token(_ request: TokenRequest, for peer: Peer, identity: String? = nil) async throws(VaultError) -> TokenResult {
         let name = request.account
         guard let account = self.accounts[name] else { throw VaultError.unknownAccount(name) }
-        try Self.checkAllowed(account.configuration, peer: peer)
+        try Self.checkAdmitted(account.configuration, identity)
         let scopes = request.scopes ?? account.configuration.scopes
         let key = TokenCache.key(scopes)
         let now = self.clock.now()
@@ -149,17 +151,11 @@ extension Broker {
     /// where the account says `release_refresh_token` and only to a program
     /// in its `allowed_clients`. Every release is an audit line (who, when,
     /// which account; never the token).
-    public func releaseRefreshToken(account name: String, for peer: Peer) throws(VaultError) -> RefreshTokenResult {
+    /// Whether the caller may have it is the gate's to say (`Gate`), before
+    /// this runs; `identity` is the account it admitted the caller to.
+    public func releaseRefreshToken(account name: String, for peer: Peer, identity: String?) throws(VaultError) -> RefreshTokenResult {
         guard let account = self.accounts[name] else { throw VaultError.unknownAccount(name) }
-        let configuration = account.configuration
-        guard configuration.releaseRefreshToken else {
-            self.logger.notice("refresh token withheld", metadata: peer.auditMetadata.merging(["account": "\(name)"]) { $1 })
-            throw VaultError(.forbidden, "'\(name)' does not release its refresh token; its release_refresh_token is off")
-        }
-        guard !configuration.allowedClients.isEmpty, let exe = peer.executable, configuration.allowedClients.contains(exe) else {
-            self.logger.notice("refresh token withheld", metadata: peer.auditMetadata.merging(["account": "\(name)"]) { $1 })
-            throw VaultError(.forbidden, "'\(name)' releases its refresh token only to the programs in its allowed_clients")
-        }
+        try Self.checkAdmitted(account.configuration, identity)
         try self.checkSignedIn(name)
         guard let refreshToken = self.accounts[name]?.secrets.refreshToken else {
             throw VaultError.notSignedIn(name)
@@ -176,9 +172,9 @@ extension Broker {
     }
 
     /// `claims`: the account's last validated ID token.
-    public func claims(account name: String, for peer: Peer) throws(VaultError) -> ClaimsResult {
+    public func claims(account name: String, for peer: Peer, identity: String? = nil) throws(VaultError) -> ClaimsResult {
         guard let account = self.accounts[name] else { throw VaultError.unknownAccount(name) }
-        try Self.checkAllowed(account.configuration, peer: peer)
+        try Self.checkAdmitted(account.configuration, identity)
         try self.checkSignedIn(name)
         guard let claims = account.claims?.value else {
             throw VaultError(.notSignedIn, "the issuer has sent no ID token for '\(name)' yet; ask for a token first")
@@ -187,8 +183,8 @@ extension Broker {
     }
 
     /// `userinfo`: the issuer's userinfo, fetched with a fresh access token.
-    public func userinfo(account name: String, for peer: Peer) async throws(VaultError) -> UserinfoResult {
-        let token = try await self.token(TokenRequest(account: name), for: peer)
+    public func userinfo(account name: String, for peer: Peer, identity: String? = nil) async throws(VaultError) -> UserinfoResult {
+        let token = try await self.token(TokenRequest(account: name), for: peer, identity: identity)
         guard let configuration = self.accounts[name]?.configuration else { throw VaultError.unknownAccount(name) }
         do {
             let metadata = try await self.oidc.metadata(for: configuration.issuer, now: self.clock.now())
@@ -349,11 +345,10 @@ extension Broker {
         guard account.secrets.refreshToken != nil else { throw VaultError.notSignedIn(name) }
     }
 
-    static func checkAllowed(_ configuration: AccountConfiguration, peer: Peer) throws(VaultError) {
-        guard !configuration.allowedClients.isEmpty else { return }
-        guard let exe = peer.executable, configuration.allowedClients.contains(exe) else {
-            throw VaultError.forbidden(configuration.name)
-        }
+    /// The account is still the one the gate admitted the caller to (nil: no gate asked).
+    static func checkAdmitted(_ configuration: AccountConfiguration, _ identity: String?) throws(VaultError) {
+        guard let identity, configuration.identity != identity else { return }
+        throw VaultError.unknownAccount(configuration.name)
     }
 }
 

@@ -48,14 +48,24 @@ public struct Dispatcher: Sendable {
             return .ready(Response(id: id, error: error))
         }
         // The gate: what this door lets the request be, before anything runs.
-        switch Gate.admit(command, through: self.grant, identity: self.broker.cache.identity(of:)) {
-        case .success(let admitted): command = admitted
-        case .failure(let error): return .ready(Response(id: id, error: error))
+        // The account named, read once: the gate admits the caller to this
+        // account, and what runs after serves only this one (its identity).
+        let cache = self.broker.cache
+        let named = Self.account(of: command)
+        let admitted = named.flatMap(cache.policy(of:))
+        let identity = admitted?.identity
+        switch Gate.admit(command, from: peer, through: self.grant, policy: { $0 == named ? admitted : cache.policy(of: $0) }) {
+        case .success(let admitted):
+            command = admitted
+        case .failure(let error):
+            if case .refreshToken(let account) = command {
+                self.logger.notice("refresh token withheld", metadata: peer.auditMetadata.merging(["account": "\(account)"]) { $1 })
+            }
+            return .ready(Response(id: id, error: error))
         }
         if let grant = self.grant, case .status = command {
-            let cache = self.broker.cache
             return self.later(id) { () throws(VaultError) in
-                Gate.visible(await self.broker.status(), through: grant, identity: cache.identity(of:))
+                Gate.visible(await self.broker.status(), through: grant, policy: cache.policy(of:))
             }
         }
         switch command {
@@ -81,11 +91,11 @@ public struct Dispatcher: Sendable {
             }
         case .token(let token) where !token.forceRefresh:
             // The hot path: a cached token is answered here, on the event loop.
-            switch self.broker.cache.lookup(
+            switch cache.lookup(
                 account: token.account,
+                identity: identity,
                 scopes: token.scopes,
                 minTTL: token.minTTL,
-                peer: peer,
                 now: self.clock.now()
             ) {
             case .hit(let result, let refreshAhead):
@@ -93,24 +103,22 @@ public struct Dispatcher: Sendable {
                     let broker = self.broker
                     Task { await broker.refreshAhead(token.account, scopes: token.scopes) }
                 }
-                switch Gate.release(result, of: token.account, through: self.grant) {
+                switch Gate.release(result, of: token.account, through: self.grant, policy: cache.policy(of:)) {
                 case .success(let released):
                     self.audit(token.account, peer)
                     return .ready(Response(id: id, released))
                 case .failure(let error):
                     return .ready(Response(id: id, error: error))
                 }
-            case .forbidden:
-                return .ready(Response(id: id, error: VaultError.forbidden(token.account)))
             case .miss:
-                return self.later(id) { () throws(VaultError) in try await self.releaseToken(token, peer) }
+                return self.later(id) { () throws(VaultError) in try await self.releaseToken(token, peer, identity) }
             }
         case .token(let token):
-            return self.later(id) { () throws(VaultError) in try await self.releaseToken(token, peer) }
+            return self.later(id) { () throws(VaultError) in try await self.releaseToken(token, peer, identity) }
         case .claims(let account):
-            return self.later(id) { () throws(VaultError) in try await self.broker.claims(account: account, for: peer) }
+            return self.later(id) { () throws(VaultError) in try await self.broker.claims(account: account, for: peer, identity: identity) }
         case .userinfo(let account):
-            return self.later(id) { () throws(VaultError) in try await self.broker.userinfo(account: account, for: peer) }
+            return self.later(id) { () throws(VaultError) in try await self.broker.userinfo(account: account, for: peer, identity: identity) }
         case .signinStart(let start):
             return self.later(id) { () throws(VaultError) in try await self.signIns.start(start) }
         case .signinSubmitCode(let flow, let code):
@@ -126,7 +134,9 @@ public struct Dispatcher: Sendable {
         case .signinCancel(let flow):
             return self.later(id) { () throws(VaultError) in try await self.signIns.cancel(flow: flow) }
         case .refreshToken(let account):
-            return self.later(id) { () throws(VaultError) in try await self.broker.releaseRefreshToken(account: account, for: peer) }
+            return self.later(id) { () throws(VaultError) in
+                try await self.broker.releaseRefreshToken(account: account, for: peer, identity: identity)
+            }
         case .shareOpen(let open):
             return self.later(id) { () throws(VaultError) in
                 let known = try await self.broker.configurations(open.accounts)
@@ -150,8 +160,18 @@ public struct Dispatcher: Sendable {
         }
     }
 
-    private func releaseToken(_ request: TokenRequest, _ peer: Peer) async throws(VaultError) -> TokenResult {
-        let result = try Gate.release(try await self.broker.token(request, for: peer), of: request.account, through: self.grant).get()
+    /// The account a command names, which the gate admits the caller to.
+    private static func account(of command: Command) -> String? {
+        switch command {
+        case .token(let request): request.account
+        case .claims(let name), .userinfo(let name), .refreshToken(let name): name
+        default: nil
+        }
+    }
+
+    private func releaseToken(_ request: TokenRequest, _ peer: Peer, _ identity: String?) async throws(VaultError) -> TokenResult {
+        let token = try await self.broker.token(request, for: peer, identity: identity)
+        let result = try Gate.release(token, of: request.account, through: self.grant, policy: self.broker.cache.policy(of:)).get()
         self.audit(request.account, peer)
         return result
     }

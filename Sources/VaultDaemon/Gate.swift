@@ -21,11 +21,19 @@ public struct ShareGrant: Sendable {
 
 /// The one gate every way out of the vault passes through: the dispatcher
 /// asks it what a request may be before anything runs (`admit`) and whether
-/// a token may leave through this door (`release`). No door decides for
-/// itself. On the main socket both are a single branch, so the cached-token
-/// path stays on the event loop with no work added.
+/// a token may leave through this door (`release`). It decides from the
+/// door (the main socket, or a share's grant), the caller (its executable,
+/// read at accept; its uid was checked there), the account (by identity)
+/// and what is asked; no door, and nothing behind it, decides again. On the
+/// main socket of an account without `allowed_clients` both are a lookup and
+/// a branch, so the cached-token path stays on the event loop.
 ///
-/// A share's rules:
+/// Every door:
+/// - `token`, `claims` and `userinfo` of an account with `allowed_clients`
+///   only for a program on that list; `refresh_token` only where the account
+///   has `release_refresh_token` and the program is on its (non-empty) list.
+///
+/// A share, besides:
 /// - only `hello`, `status`, `token` and `subscribe`; everything else is
 ///   `forbidden`;
 /// - only its accounts, and only while each is the account that was shared
@@ -40,16 +48,48 @@ public struct ShareGrant: Sendable {
 ///   refresh, RFC 6749 §6);
 /// - `subscribe` to accounts outside the share is `forbidden`.
 enum Gate {
-    /// What `command` may be through the door `grant` (nil: the main socket).
-    /// `identity` tells the identity of the account of a name now.
+    /// What `command` from `peer` may be through the door `grant` (nil: the
+    /// main socket). `policy` tells what is known of the account of a name now.
     static func admit(
         _ command: Command,
+        from peer: Peer,
         through grant: ShareGrant?,
-        identity: (String) -> String?
+        policy: (String) -> AccountPolicy?
     ) -> Result<Command, VaultError> {
-        guard let grant else { return .success(command) }
+        if let grant {
+            switch Self.narrow(command, to: grant, policy: policy) {
+            case .success(let narrowed):
+                return Self.callerMay(narrowed, peer, policy)
+            case .failure(let error):
+                return .failure(error)
+            }
+        }
+        return Self.callerMay(command, peer, policy)
+    }
+
+    /// The account policy of every door: `allowed_clients`, and who may have the refresh token.
+    private static func callerMay(_ command: Command, _ peer: Peer, _ policy: (String) -> AccountPolicy?) -> Result<Command, VaultError> {
+        switch command {
+        case .token(let request):
+            guard let account = policy(request.account), !account.allows(peer) else { return .success(command) }
+            return .failure(.forbidden(request.account))
+        case .claims(let name), .userinfo(let name):
+            guard let account = policy(name), !account.allows(peer) else { return .success(command) }
+            return .failure(.forbidden(name))
+        case .refreshToken(let name):
+            guard let account = policy(name) else { return .success(command) }
+            guard account.releasesRefreshToken else { return .failure(.refreshTokenNotReleased(name)) }
+            guard !account.allowedClients.isEmpty, account.allows(peer) else { return .failure(.refreshTokenNotForThisProgram(name)) }
+            return .success(command)
+        default:
+            return .success(command)
+        }
+    }
+
+    /// What a share's grant lets `command` be.
+    private static func narrow(_ command: Command, to grant: ShareGrant, policy: (String) -> AccountPolicy?) -> Result<Command, VaultError> {
         func shared(_ name: String) -> ShareGrant.Account? {
-            guard let account = grant.accounts[name], identity(name) == account.identity else { return nil }
+            guard let account = grant.accounts[name], policy(name)?.identity == account.identity else { return nil }
             return account
         }
         switch command {
@@ -75,22 +115,32 @@ enum Gate {
     }
 
     /// Whether the token `result` for `account` may leave through the door.
-    static func release(_ result: TokenResult, of account: String, through grant: ShareGrant?) -> Result<TokenResult, VaultError> {
+    /// The account's identity is checked again: the account may have been
+    /// removed (and another added under its name) while the token was got;
+    /// identities are never reused, so the same one means the same account.
+    static func release(
+        _ result: TokenResult,
+        of account: String,
+        through grant: ShareGrant?,
+        policy: (String) -> AccountPolicy?
+    ) -> Result<TokenResult, VaultError> {
         guard let grant else { return .success(result) }
-        guard let granted = grant.accounts[account]?.scopes else { return .failure(.notShared(account)) }
+        guard let shared = grant.accounts[account], policy(account)?.identity == shared.identity else {
+            return .failure(.notShared(account))
+        }
         let served = result.scope.split(separator: " ").map(String.init)
-        guard Set(served).isSubset(of: granted) else {
-            return .failure(.widerThanShared(account, granted: granted))
+        guard Set(served).isSubset(of: shared.scopes) else {
+            return .failure(.widerThanShared(account, granted: shared.scopes))
         }
         return .success(result)
     }
 
     /// The accounts of `status` a share may show: its own, while each is the account shared.
-    static func visible(_ status: StatusResult, through grant: ShareGrant, identity: (String) -> String?) -> StatusResult {
+    static func visible(_ status: StatusResult, through grant: ShareGrant, policy: (String) -> AccountPolicy?) -> StatusResult {
         var status = status
         status.accounts.removeAll { row in
             guard let shared = grant.accounts[row.name] else { return true }
-            return identity(row.name) != shared.identity
+            return policy(row.name)?.identity != shared.identity
         }
         return status
     }

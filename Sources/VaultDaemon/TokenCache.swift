@@ -9,8 +9,7 @@ public final class TokenCache: Sendable {
     private let state = Mutex<[String: Entry]>([:])
 
     struct Entry {
-        var identity: String?
-        var allowedClients: [String]
+        var policy: AccountPolicy
         var defaultKey: String
         var tokens: [String: CachedToken] = [:]
     }
@@ -19,20 +18,17 @@ public final class TokenCache: Sendable {
         /// A token to answer with; `refreshAhead` is true for the one caller
         /// that finds it past its refresh-ahead point first.
         case hit(TokenResult, refreshAhead: Bool)
-        case forbidden
         case miss
     }
 
     init() {}
 
-    /// A token that lives at least `minTTL` more seconds, if one is cached and
-    /// the caller may have it.
-    public func lookup(account: String, scopes: [String]?, minTTL: Int, peer: Peer, now: Double) -> Lookup {
+    /// A token that lives at least `minTTL` more seconds, if one is cached
+    /// (whether the caller may have it is the gate's to say).
+    /// `identity`: the account the gate admitted the caller to.
+    public func lookup(account: String, identity: String?, scopes: [String]?, minTTL: Int, now: Double) -> Lookup {
         self.state.withLock { entries in
-            guard let entry = entries[account] else { return .miss }
-            if !entry.allowedClients.isEmpty && !entry.allowedClients.contains(peer.executable ?? "") {
-                return .forbidden
-            }
+            guard let entry = entries[account], entry.policy.identity == identity else { return .miss }
             let key = scopes.map(Self.key) ?? entry.defaultKey
             guard let token = entry.tokens[key], token.expiresAt - now >= Double(minTTL) else { return .miss }
             let due = !token.refreshAheadClaimed && now >= token.refreshAt
@@ -64,17 +60,21 @@ public final class TokenCache: Sendable {
         self.state.withLock { entries in
             let tokens = entries[configuration.name]?.tokens ?? [:]
             entries[configuration.name] = Entry(
-                identity: configuration.identity,
-                allowedClients: configuration.allowedClients,
+                policy: AccountPolicy(configuration),
                 defaultKey: Self.key(configuration.scopes),
                 tokens: tokens
             )
         }
     }
 
+    /// What the gate needs to know of the account of that name now; nil when there is none.
+    public func policy(of account: String) -> AccountPolicy? {
+        self.state.withLock { $0[account]?.policy }
+    }
+
     /// The identity of the account of that name now; nil when there is none.
     public func identity(of account: String) -> String? {
-        self.state.withLock { $0[account]?.identity }
+        self.policy(of: account)?.identity
     }
 
     func store(_ token: CachedToken, account: String, key: String) {
@@ -96,6 +96,28 @@ public final class TokenCache: Sendable {
     /// The cache key of a scope set: order and repeats do not matter.
     static func key(_ scopes: [String]) -> String {
         Set(scopes).sorted().joined(separator: " ")
+    }
+}
+
+/// What the gate reads of an account, in one lock: which account it is,
+/// and which programs may have what of it.
+public struct AccountPolicy: Sendable {
+    /// The account's identity (never reused).
+    public let identity: String?
+    /// Executable paths that may use the account; empty: every program of the user.
+    public let allowedClients: [String]
+    /// Whether `refresh_token` may hand the refresh token out.
+    public let releasesRefreshToken: Bool
+
+    init(_ configuration: AccountConfiguration) {
+        self.identity = configuration.identity
+        self.allowedClients = configuration.allowedClients
+        self.releasesRefreshToken = configuration.releaseRefreshToken
+    }
+
+    /// Whether `peer` may use the account.
+    func allows(_ peer: Peer) -> Bool {
+        self.allowedClients.isEmpty || peer.executable.map(self.allowedClients.contains) == true
     }
 }
 

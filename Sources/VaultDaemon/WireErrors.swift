@@ -55,6 +55,14 @@ extension VaultError {
         VaultError(.forbidden, "this shared socket does not serve '\(name)'")
     }
 
+    static func refreshTokenNotReleased(_ name: String) -> VaultError {
+        VaultError(.forbidden, "'\(name)' does not release its refresh token; its release_refresh_token is off")
+    }
+
+    static func refreshTokenNotForThisProgram(_ name: String) -> VaultError {
+        VaultError(.forbidden, "'\(name)' releases its refresh token only to the programs in its allowed_clients")
+    }
+
     static let shareServesOnly = VaultError(.forbidden, "a shared socket serves only hello, status, token and subscribe")
 
     static let shareCannotForceRefresh = VaultError(

@@ -83,20 +83,19 @@ struct CompanionTests {
                 let released = try await add("phone", release: true, allowed: [companion])
                 _ = try await add("closed", release: false, allowed: [companion])
                 _ = try await add("anyone", release: true, allowed: [])
-                let result = try await vault.broker.releaseRefreshToken(account: "phone", for: testPeer)
+                let answer = await vault.dispatcher.answer(.refreshToken(account: "phone"), from: testPeer)
+                guard case .success(let payload) = answer.outcome, let result = payload as? RefreshTokenResult else {
+                    Issue.record("no refresh token for an allowed companion: \(answer.outcome)")
+                    return
+                }
                 #expect(result.refreshToken.unsafeString() == released)
                 let stranger = Peer(pid: testPeer.pid, uid: testPeer.uid, gid: testPeer.gid, executable: "/usr/bin/stranger")
                 for (name, peer) in [("phone", stranger), ("closed", testPeer), ("anyone", testPeer)] {
-                    var code: ErrorCode?
-                    do throws(VaultError) {
-                        _ = try await vault.broker.releaseRefreshToken(account: name, for: peer)
-                    } catch {
-                        code = error.code
-                    }
+                    let code = await vault.dispatcher.refusal(.refreshToken(account: name), from: peer)?.code
                     #expect(code == .forbidden, "\(name) for \(peer.executable ?? "?")")
                 }
                 // allowed_clients gates token for everyone else too.
-                await #expect(throws: VaultError.self) { try await vault.broker.token(TokenRequest(account: "phone"), for: stranger) }
+                #expect(await vault.dispatcher.refusal(.token(TokenRequest(account: "phone")), from: stranger)?.code == .forbidden)
             }
         }
     }

@@ -183,4 +183,31 @@ struct GateTests {
             #expect(try String(contentsOfFile: path, encoding: .utf8) == "mine")
         }
     }
+
+    /// A request admitted for one account is not served by another that
+    /// took its name while the request waited: the broker and the cache
+    /// serve only the identity the gate admitted.
+    @Test func aRequestAdmittedForAnAccountIsNotServedForItsSuccessor() async throws {
+        try await using(self.setUp()) { setup in
+            let broker = setup.vault.broker
+            _ = try await broker.token(TokenRequest(account: "work"), for: testPeer)
+            let admitted = try #require(broker.cache.identity(of: "work") as String?)
+            _ = try await broker.remove("work")
+            _ = try await broker.add(
+                AccountAddition(
+                    configuration: AccountConfiguration(name: "work", issuer: setup.issuer.issuer, clientID: TestIssuer.clientID, scopes: ["openid"]),
+                    refreshToken: try SecretBytes(utf8: setup.issuer.mintRefreshToken())
+                )
+            )
+            _ = try await broker.token(TokenRequest(account: "work"), for: testPeer)
+            let refused = await #expect(throws: VaultError.self) {
+                _ = try await broker.token(TokenRequest(account: "work"), for: testPeer, identity: admitted)
+            }
+            #expect(refused?.code == .unknownAccount)
+            guard case .miss = broker.cache.lookup(account: "work", identity: admitted, scopes: nil, minTTL: 0, now: Date().timeIntervalSince1970) else {
+                Issue.record("the cache served the successor's token for the admitted identity")
+                return
+            }
+        }
+    }
 }

@@ -704,3 +704,20 @@ private final class Collected: @unchecked Sendable {
         return self.data
     }
 }
+
+extension Dispatcher {
+    /// `command` from `peer`, answered as a socket answers it: through the gate.
+    func answer(_ command: Command, from peer: Peer) async -> Response {
+        switch self.handle(Request(id: .number(1), command: command), from: peer) {
+        case .ready(let response): return response
+        case .pending(let body): return await body()
+        case .subscribe(let response, _): return response
+        }
+    }
+
+    /// The error `command` from `peer` is answered with, or nil when it succeeds.
+    func refusal(_ command: Command, from peer: Peer) async -> VaultError? {
+        guard case .failure(let error) = await self.answer(command, from: peer).outcome else { return nil }
+        return error
+    }
+}

@@ -275,8 +275,12 @@ struct TokenEngineTests {
 
     @Test func callersOutsideAllowedClientsAreForbidden() async throws {
         try await using(self.setUp(allowedClients: ["/usr/bin/only-this"])) { setup in
-            #expect(await self.code(setup)?.code == .forbidden)
+            for command in [Command.token(TokenRequest(account: "work")), .claims(account: "work"), .userinfo(account: "work")] {
+                #expect(await setup.vault.dispatcher.refusal(command, from: testPeer)?.code == .forbidden, "\(command)")
+            }
             #expect(setup.issuer.refreshCount == 0)
+            let allowed = Peer(pid: testPeer.pid, uid: testPeer.uid, gid: testPeer.gid, executable: "/usr/bin/only-this")
+            #expect(await setup.vault.dispatcher.refusal(.token(TokenRequest(account: "work")), from: allowed) == nil)
         }
     }
 
