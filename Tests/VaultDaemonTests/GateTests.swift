@@ -12,25 +12,18 @@ import VaultTestIssuer
 struct GateTests {
     typealias Setup = IssuerAndVault
 
+    /// Two accounts, `work` and `home`, and a private folder for share sockets: ShareTests' set-up.
     func setUp() async throws -> Setup {
-        let issuer = try await TestIssuer.start()
-        let vault = try await InProcessVault.start()
-        for name in ["work", "home"] {
-            _ = try await vault.broker.add(
-                AccountAddition(
-                    configuration: AccountConfiguration(
-                        name: name,
-                        issuer: issuer.issuer,
-                        clientID: TestIssuer.clientID,
-                        scopes: ["openid", "profile", "offline_access"]
-                    ),
-                    refreshToken: try SecretBytes(utf8: issuer.mintRefreshToken())
-                )
+        try await ShareTests().setUp()
+    }
+
+    func readd(_ setup: Setup) async throws {
+        _ = try await setup.vault.broker.add(
+            AccountAddition(
+                configuration: AccountConfiguration(name: "work", issuer: setup.issuer.issuer, clientID: TestIssuer.clientID, scopes: ["openid"]),
+                refreshToken: try SecretBytes(utf8: setup.issuer.mintRefreshToken())
             )
-        }
-        let folder = try temporaryFolder()
-        #expect(mkdir(folder + "/share", 0o700) == 0)
-        return Setup(issuer: issuer, vault: vault, folder: folder)
+        )
     }
 
     /// An issuer may answer a refresh with more than was asked (RFC 6749 §6
@@ -101,31 +94,22 @@ struct GateTests {
             _ = try await setup.share(["home", "--socket", kept])
             let client = try LineClient(path: path)
             #expect(await client.call(#"{"id":1,"op":"token","account":"work"}"#)?["ok"] as? Bool == true)
+            // Removed and added again behind the socket's back (the broker itself, so
+            // the share is not ended): the gate still tells the new account from the old.
             _ = try await setup.vault.broker.remove("work")
-            // Removed through the socket, as vaultctl does, the share ends with it.
-            _ = try await setup.vault.broker.add(
-                AccountAddition(
-                    configuration: AccountConfiguration(name: "work", issuer: setup.issuer.issuer, clientID: TestIssuer.clientID, scopes: ["openid"]),
-                    refreshToken: try SecretBytes(utf8: setup.issuer.mintRefreshToken())
-                )
-            )
-            // Through the broker the share was not ended: the gate still tells the new account from the old.
+            try await self.readd(setup)
             let replaced = try #require(await client.call(#"{"id":2,"op":"token","account":"work"}"#))
             #expect(replaced.errorCode == "forbidden", "\(replaced)")
             let status = try #require(await client.call(#"{"id":3,"op":"status"}"#))
             #expect((status["accounts"] as? [[String: Any]])?.isEmpty == true, "\(status)")
 
+            // Removing the new account ends no share of the old one's, nor another account's.
             let removed = try await runTool("vaultctl", ["account", "remove", "work"], environment: setup.environment)
             #expect(removed.status == 0, "\(removed.stderr)")
             let listed = try await runTool("vaultctl", ["share", "--list"], environment: setup.environment)
             #expect(listed.stdout.contains(kept), "\(listed.stdout)")
             // Re-add and share again, then remove through the socket: this share ends.
-            _ = try await setup.vault.broker.add(
-                AccountAddition(
-                    configuration: AccountConfiguration(name: "work", issuer: setup.issuer.issuer, clientID: TestIssuer.clientID, scopes: ["openid"]),
-                    refreshToken: try SecretBytes(utf8: setup.issuer.mintRefreshToken())
-                )
-            )
+            try await self.readd(setup)
             let again = setup.folder + "/share/a.sock"
             _ = try await setup.share(["work", "--socket", again])
             let second = try LineClient(path: again)
@@ -193,12 +177,7 @@ struct GateTests {
             _ = try await broker.token(TokenRequest(account: "work"), for: testPeer)
             let admitted = try #require(broker.cache.identity(of: "work") as String?)
             _ = try await broker.remove("work")
-            _ = try await broker.add(
-                AccountAddition(
-                    configuration: AccountConfiguration(name: "work", issuer: setup.issuer.issuer, clientID: TestIssuer.clientID, scopes: ["openid"]),
-                    refreshToken: try SecretBytes(utf8: setup.issuer.mintRefreshToken())
-                )
-            )
+            try await self.readd(setup)
             _ = try await broker.token(TokenRequest(account: "work"), for: testPeer)
             let refused = await #expect(throws: VaultError.self) {
                 _ = try await broker.token(TokenRequest(account: "work"), for: testPeer, identity: admitted)
