@@ -14,7 +14,8 @@
 # tokens, a refresh, `status`, many connections, and a clean stop; vaultctl
 # through `token`, `exec` and `git-credential`. A second run of vaultd, and
 # one of `vaultctl token`, under lackey (valgrind) see every byte of data
-# they touch. Takes about 5 minutes; needs valgrind and glewlwyd.
+# they touch. Takes about 17 minutes on two cores (lackey is most of it);
+# needs valgrind and glewlwyd.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
