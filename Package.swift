@@ -57,6 +57,7 @@ let package = Package(
         ),
         .target(
             name: "VaultJSON",
+            dependencies: ["VaultCrypto"],
             swiftSettings: strict
         ),
         .target(
@@ -177,7 +178,7 @@ let package = Package(
         ),
         .testTarget(name: "VaultCryptoTests", dependencies: ["VaultCrypto"], swiftSettings: strict),
         .testTarget(name: "VaultStoreTests", dependencies: ["VaultStore", "VaultCrypto"], swiftSettings: strict),
-        .testTarget(name: "VaultProtocolTests", dependencies: ["VaultProtocol", "VaultCrypto"], swiftSettings: strict),
+        .testTarget(name: "VaultProtocolTests", dependencies: ["VaultProtocol", "VaultCrypto", "VaultJSON"], swiftSettings: strict),
         .testTarget(
             name: "VaultDaemonTests",
             dependencies: [

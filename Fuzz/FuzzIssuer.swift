@@ -45,13 +45,15 @@ func fail(_ message: String) -> Never {
 let tenYears = 1...IssuerNumber.maximumLifetime
 
 func checkToken(_ status: UInt, _ body: [UInt8]) {
-    guard let response = try? TokenResponseParser.parse(status: status, body: body, retryAfter: nil) else { return }
+    var body = body
+    guard let response = try? TokenResponseParser.parse(status: status, body: &body, retryAfter: nil) else { return }
     if let seconds = response.expiresIn, !tenYears.contains(seconds) { fail("a token lifetime of \(seconds) s") }
 }
 
 func checkNative(_ status: UInt, _ body: [UInt8]) {
+    var body = body
     do {
-        switch try NativeAuthParser.parse(status: status, body: body, retryAfter: 7) {
+        switch try NativeAuthParser.parse(status: status, body: &body, retryAfter: 7) {
         case .codeSent(_, _, _, let length):
             guard (1...32).contains(length) else { fail("a code length of \(length)") }
         case .tokens(let response):

@@ -4,6 +4,7 @@
 // into both by scripts/fuzz.sh; it needs VaultProtocol only.
 
 import FoundationEssentials
+import VaultJSON
 import VaultProtocol
 
 /// Stops the process with a message libFuzzer reports as a crash.
@@ -12,6 +13,26 @@ func fail(_ message: String) -> Never {
 }
 
 enum RequestLines {
+    /// `SecretFields` refuses no line that JSONDecoder reads as `Request`
+    /// does (names decoded, values skipped): the secret fields of a request
+    /// are taken out before JSONDecoder sees the rest, so a line it refused
+    /// that the decoder reads would be a request lost.
+    static func checkSecretFieldsAccept(_ line: ArraySlice<UInt8>) {
+        guard (try? JSONDecoder().decode([String: Skip].self, from: Data(line))) != nil else { return }
+        var bytes = Array(line)
+        do {
+            _ = try SecretFields.take(["password", "refresh_token", "a"], from: &bytes)
+        } catch .duplicate {
+            return
+        } catch {
+            fail("SecretFields refused a line JSONDecoder reads: \(error)")
+        }
+    }
+
+    struct Skip: Decodable {
+        init(from decoder: any Decoder) throws {}
+    }
+
     /// The lines vaultd's LineBasedFrameDecoder would cut `input` into: at
     /// "\n", without a trailing "\r", the last one without its newline; a
     /// line over the protocol's limit ends the input, as it ends the

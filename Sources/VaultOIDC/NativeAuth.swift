@@ -128,7 +128,7 @@ extension OIDCClient {
             throw .provider(error)
         }
         defer { reply.body.secureZero() }
-        return try NativeAuthParser.parse(status: reply.status, body: reply.body, retryAfter: reply.retryAfter)
+        return try NativeAuthParser.parse(status: reply.status, body: &reply.body, retryAfter: reply.retryAfter)
     }
 }
 
@@ -136,9 +136,23 @@ extension OIDCClient {
 /// redirect envelope is checked before anything else, keys and values are
 /// trimmed, unknown keys ignored.
 enum NativeAuthParser {
-    static func parse(status: UInt, body: [UInt8], retryAfter: Int?) throws(NativeAuthError) -> NativeAuthAnswer {
+    /// The tokens a native-auth answer carries, taken into guarded memory first.
+    static let secretKeys = TokenResponseParser.secretKeys.union(["continuation_token"])
+
+    /// `body` is left with its tokens blanked (`SecretFields`); the caller wipes it.
+    static func parse(status: UInt, body: inout [UInt8], retryAfter: Int?) throws(NativeAuthError) -> NativeAuthAnswer {
         switch status {
         case 200:
+            let secrets: [String: SecretBytes]
+            do {
+                secrets = try SecretFields.take(Self.secretKeys, from: &body, key: { $0.trimmed })
+            } catch .duplicate(let name) {
+                throw .provider(.untrusted(reason: "the issuer's answer names '\(name)' twice"))
+            } catch .outOfMemory {
+                throw .provider(.unavailable(reason: "out of guarded memory", retryAfterSeconds: nil))
+            } catch {
+                throw .provider(.unavailable(reason: "the issuer's native-auth answer is not JSON", retryAfterSeconds: nil))
+            }
             guard case .object(let raw)? = try? JSONDecoder().decode(JSONValue.self, from: Data(body)) else {
                 throw .provider(.unavailable(reason: "the issuer's native-auth answer is not JSON", retryAfterSeconds: nil))
             }
@@ -151,14 +165,12 @@ enum NativeAuthParser {
             }
             if document["access_token"] != nil {
                 do {
-                    return .tokens(try TokenResponseParser.parse(status: 200, body: body, retryAfter: nil))
+                    return .tokens(try TokenResponseParser.response(secrets: secrets, rest: body))
                 } catch {
                     throw .provider(error)
                 }
             }
-            guard let continuationText = text("continuation_token"), !continuationText.isEmpty,
-                let continuation = try? SecretBytes(utf8: continuationText)
-            else {
+            guard let continuation = secrets["continuation_token"].flatMap(Self.trimmed), continuation.count > 0 else {
                 throw .provider(.unavailable(reason: "the issuer's native-auth answer has no continuation token", retryAfterSeconds: nil))
             }
             switch challengeType ?? "" {
@@ -199,6 +211,18 @@ enum NativeAuthParser {
             throw .provider(.rejected(error: "unsupported", description: "the issuer does not offer native authentication"))
         default:
             throw .provider(.unavailable(reason: "the issuer answered HTTP \(status)", retryAfterSeconds: retryAfter))
+        }
+    }
+
+    /// A continuation token without the spaces and tabs some issuers pad values with.
+    private static func trimmed(_ secret: SecretBytes) -> SecretBytes? {
+        secret.withUnsafeBytes { bytes -> SecretBytes? in
+            let isSpace = { (byte: UInt8) in byte == 0x20 || byte == 0x09 }
+            guard let first = bytes.firstIndex(where: { !isSpace($0) }), let last = bytes.lastIndex(where: { !isSpace($0) }) else {
+                return nil
+            }
+            if first == 0 && last == bytes.count - 1 { return secret }
+            return try? SecretBytes(copying: UnsafeRawBufferPointer(rebasing: bytes[first...last]))
         }
     }
 

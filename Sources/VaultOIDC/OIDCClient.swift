@@ -143,7 +143,7 @@ public actor OIDCClient {
         defer { body.secureZero() }
         var reply = try await self.send(url: metadata.tokenEndpoint, method: .POST, headers: headers, body: body)
         defer { reply.body.secureZero() }
-        return try TokenResponseParser.parse(status: reply.status, body: reply.body, retryAfter: reply.retryAfter)
+        return try TokenResponseParser.parse(status: reply.status, body: &reply.body, retryAfter: reply.retryAfter)
     }
 
     /// A form body with client authentication (RFC 6749 §2.3.1): HTTP Basic
@@ -319,9 +319,14 @@ public actor OIDCClient {
                         // Nothing of a redirect's body is read; its Location is kept for the error.
                         return Reply(status: response.status.code, body: [], location: response.headers.first(name: "Location"))
                     }
-                    var buffer = try await response.body.collect(upTo: limit)
-                    let bytes = buffer.readBytes(length: buffer.readableBytes) ?? []
-                    buffer.withUnsafeMutableReadableBytes { secureZero($0) }
+                    let buffer = try await response.body.collect(upTo: limit)
+                    // Wiped in place, not through a copy-on-write copy: a
+                    // one-chunk body is a slice of the connection's own read
+                    // buffer, which nothing reads once the body is collected.
+                    let bytes = buffer.withUnsafeReadableBytes { read in
+                        defer { secureZero(UnsafeMutableRawBufferPointer(mutating: read)) }
+                        return [UInt8](read)
+                    }
                     // In place, not through a copy-on-write copy: no one reads it any more.
                     sent?.withUnsafeReadableBytes { secureZero(UnsafeMutableRawBufferPointer(mutating: $0)) }
                     return Reply(

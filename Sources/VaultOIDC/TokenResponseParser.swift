@@ -6,31 +6,27 @@ import VaultJSON
 /// case, `expires_in` as a number or a string or missing, extra fields, and
 /// `400` with an empty body for a dead refresh token (Glewlwyd).
 enum TokenResponseParser {
-    private struct Success: Decodable {
-        var accessToken: String
+    /// The fields that are taken into guarded memory before anything else
+    /// reads the answer (`SecretFields`).
+    static let secretKeys: Set<String> = ["access_token", "refresh_token", "id_token"]
+
+    /// What is left of a success once its tokens are taken.
+    private struct Rest: Decodable {
         var tokenType: String?
         var expiresIn: Int?
-        var refreshToken: String?
-        var idToken: String?
         var scope: String?
 
         enum CodingKeys: String, CodingKey {
-            case accessToken = "access_token"
             case tokenType = "token_type"
             case expiresIn = "expires_in"
-            case refreshToken = "refresh_token"
-            case idToken = "id_token"
             case scope
         }
 
         init(from decoder: any Decoder) throws {
             let c = try decoder.container(keyedBy: CodingKeys.self)
-            self.accessToken = try c.decode(String.self, forKey: .accessToken)
             self.tokenType = try? c.decodeIfPresent(String.self, forKey: .tokenType)
             // Bounded here (IssuerNumber): a number or a string, at most ten years.
             self.expiresIn = IssuerNumber.bounded(try? c.decodeIfPresent(JSONValue.self, forKey: .expiresIn), IssuerNumber.lifetimes)
-            self.refreshToken = try? c.decodeIfPresent(String.self, forKey: .refreshToken)
-            self.idToken = try? c.decodeIfPresent(String.self, forKey: .idToken)
             self.scope = try? c.decodeIfPresent(String.self, forKey: .scope)
         }
     }
@@ -45,29 +41,12 @@ enum TokenResponseParser {
         }
     }
 
-    static func parse(status: UInt, body: [UInt8], retryAfter: Int?) throws(ProviderError) -> TokenResponse {
+    /// `body` is left with its tokens blanked: the caller wipes it, and no
+    /// other copy of them is made outside guarded memory.
+    static func parse(status: UInt, body: inout [UInt8], retryAfter: Int?) throws(ProviderError) -> TokenResponse {
         switch status {
         case 200:
-            guard let success = try? JSONDecoder().decode(Success.self, from: Data(body)), !success.accessToken.isEmpty
-            else {
-                throw .unavailable(reason: "the token endpoint's answer is not a token response", retryAfterSeconds: nil)
-            }
-            guard (success.tokenType ?? "Bearer").lowercased() == "bearer" else {
-                throw .untrusted(reason: "the issuer sent a token type other than Bearer")
-            }
-            do {
-                return TokenResponse(
-                    accessToken: try SecretBytes(utf8: success.accessToken),
-                    tokenType: "Bearer",
-                    // 0 (or a negative lifetime, read as 0) counts as not said, as no issuer means it.
-                    expiresIn: success.expiresIn.flatMap { $0 > 0 ? $0 : nil },
-                    refreshToken: try success.refreshToken.map { try SecretBytes(utf8: $0) },
-                    idToken: try success.idToken.map { try SecretBytes(utf8: $0) },
-                    scope: success.scope
-                )
-            } catch {
-                throw .unavailable(reason: "out of guarded memory", retryAfterSeconds: nil)
-            }
+            return try Self.response(secrets: try Self.takeSecrets(from: &body), rest: body)
         case 429, 500...599:
             throw .unavailable(reason: "the token endpoint answered HTTP \(status)", retryAfterSeconds: retryAfter)
         case 400...499:
@@ -87,6 +66,40 @@ enum TokenResponseParser {
         default:
             throw .unavailable(reason: "the token endpoint answered HTTP \(status)", retryAfterSeconds: retryAfter)
         }
+    }
+
+    /// The tokens of a 200 answer, straight into guarded memory.
+    static func takeSecrets(from body: inout [UInt8], key: (String) -> String = { $0 }) throws(ProviderError) -> [String: SecretBytes] {
+        do {
+            return try SecretFields.take(Self.secretKeys, from: &body, key: key)
+        } catch .duplicate(let name) {
+            throw .untrusted(reason: "the issuer's answer names '\(name)' twice")
+        } catch .outOfMemory {
+            throw .unavailable(reason: "out of guarded memory", retryAfterSeconds: nil)
+        } catch {
+            throw .unavailable(reason: "the token endpoint's answer is not a token response", retryAfterSeconds: nil)
+        }
+    }
+
+    /// A token response from its taken tokens and the rest of the answer.
+    static func response(secrets: [String: SecretBytes], rest: [UInt8]) throws(ProviderError) -> TokenResponse {
+        guard let accessToken = secrets["access_token"], accessToken.count > 0,
+            let rest = try? JSONDecoder().decode(Rest.self, from: Data(rest))
+        else {
+            throw .unavailable(reason: "the token endpoint's answer is not a token response", retryAfterSeconds: nil)
+        }
+        guard (rest.tokenType ?? "Bearer").lowercased() == "bearer" else {
+            throw .untrusted(reason: "the issuer sent a token type other than Bearer")
+        }
+        return TokenResponse(
+            accessToken: accessToken,
+            tokenType: "Bearer",
+            // 0 (or a negative lifetime, read as 0) counts as not said, as no issuer means it.
+            expiresIn: rest.expiresIn.flatMap { $0 > 0 ? $0 : nil },
+            refreshToken: secrets["refresh_token"],
+            idToken: secrets["id_token"],
+            scope: rest.scope
+        )
     }
 
     /// Issuer text goes to clients and logs: printable, bounded.

@@ -1,4 +1,6 @@
 public import FoundationEssentials
+import VaultCrypto
+import VaultJSON
 
 /// Turns lines into requests and replies into lines. Never throws: a line
 /// that is not a request becomes a request that fails with `bad_request`.
@@ -27,11 +29,25 @@ public enum LineCodec {
         guard Self.isValidUTF8(line) else {
             return Request(id: nil, failure: VaultError(.badRequest, "a request line must be valid UTF-8"))
         }
-        // The line may carry a secret: its copy here is wiped once decoded.
-        var data = Data(line)
-        defer { data.resetBytes(in: 0..<data.count) }
+        // The line may carry a secret: its copy here is wiped once decoded,
+        // and its secret fields go straight into guarded memory before
+        // JSONDecoder (which would make Strings of them) reads the rest.
+        var bytes = Array(line)
+        defer { bytes.secureZero() }
+        let secrets: [String: SecretBytes]
         do {
-            return try Self.decoder.decode(Request.self, from: data)
+            secrets = try SecretFields.take(Request.secretKeys, from: &bytes)
+        } catch .duplicate(let name) {
+            return Request(id: nil, failure: VaultError(.badRequest, "a request names '\(name)' once, not twice"))
+        } catch .outOfMemory {
+            return Request(id: nil, failure: VaultError(.internalError, "vaultd is out of guarded memory"))
+        } catch {
+            return Request(id: nil, failure: Self.notARequest)
+        }
+        let decoder = JSONDecoder()
+        decoder.userInfo[.secretFields] = secrets
+        do {
+            return try decoder.decode(Request.self, from: Data(bytes))
         } catch {
             return Request(id: nil, failure: Self.notARequest)
         }

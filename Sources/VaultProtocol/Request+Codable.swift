@@ -12,6 +12,12 @@ extension Request: Decodable {
         case refreshToken = "refresh_token"
     }
 
+    /// The fields that carry secrets: `LineCodec` takes them into guarded
+    /// memory before the rest of the line is decoded.
+    static let secretKeys: Set<String> = [
+        Key.passphrase, .password, .code, .clientSecret, .refreshToken,
+    ].reduce(into: []) { $0.insert($1.stringValue) }
+
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: Key.self)
         self.id = try container.decodeIfPresent(RequestID.self, forKey: .id)
@@ -35,7 +41,7 @@ extension Request: Decodable {
         case .hello: return .hello
         case .status: return .status
         case .lock: return .lock
-        case .unlock: return .unlock(passphrase: try c.decodeSecretIfPresent(forKey: .passphrase))
+        case .unlock: return .unlock(passphrase: try c.decodeSecretIfPresent(decoder, forKey: .passphrase))
         case .accountRemove: return .accountRemove(name: try c.decode(String.self, forKey: .name))
         case .claims: return .claims(account: try c.decode(String.self, forKey: .account))
         case .userinfo: return .userinfo(account: try c.decode(String.self, forKey: .account))
@@ -64,17 +70,17 @@ extension Request: Decodable {
                     account: try c.decode(String.self, forKey: .account),
                     method: try c.decode(SignInMethod.self, forKey: .method),
                     username: try c.decodeIfPresent(String.self, forKey: .username),
-                    password: try c.decodeSecretIfPresent(forKey: .password),
+                    password: try c.decodeSecretIfPresent(decoder, forKey: .password),
                     restart: try c.decodeIfPresent(Bool.self, forKey: .restart) ?? false
                 )
             )
         case .signinSubmitCode:
-            guard let code = try c.decodeSecretIfPresent(forKey: .code) else {
+            guard let code = try c.decodeSecretIfPresent(decoder, forKey: .code) else {
                 throw VaultError(.badRequest, "the field 'code' is required")
             }
             return .signinSubmitCode(flow: try c.decode(String.self, forKey: .flow), code: code)
         case .signinSubmitPassword:
-            guard let password = try c.decodeSecretIfPresent(forKey: .password) else {
+            guard let password = try c.decodeSecretIfPresent(decoder, forKey: .password) else {
                 throw VaultError(.badRequest, "the field 'password' is required")
             }
             return .signinSubmitPassword(flow: try c.decode(String.self, forKey: .flow), password: password)
@@ -120,8 +126,8 @@ extension Request: Decodable {
             return .accountAdd(
                 AccountAddition(
                     configuration: try AccountConfiguration(from: decoder),
-                    clientSecret: try c.decodeSecretIfPresent(forKey: .clientSecret),
-                    refreshToken: try c.decodeSecretIfPresent(forKey: .refreshToken)
+                    clientSecret: try c.decodeSecretIfPresent(decoder, forKey: .clientSecret),
+                    refreshToken: try c.decodeSecretIfPresent(decoder, forKey: .refreshToken)
                 )
             )
         }
@@ -257,9 +263,19 @@ extension Request: Encodable {
     }
 }
 
+extension CodingUserInfoKey {
+    /// `[String: SecretBytes]`: the secret fields `SecretFields` took out of
+    /// the bytes being decoded, by name.
+    static let secretFields = CodingUserInfoKey(rawValue: "tokenvault.secret-fields")!
+}
+
 extension KeyedDecodingContainer {
-    /// Decodes a string field straight into guarded memory.
-    func decodeSecretIfPresent(forKey key: Key) throws -> SecretBytes? {
+    /// A secret string field: as `SecretFields` took it into guarded memory,
+    /// or, for a decoder that did not take it (a test's), decoded here.
+    func decodeSecretIfPresent(_ decoder: any Decoder, forKey key: Key) throws -> SecretBytes? {
+        if let taken = decoder.userInfo[.secretFields] as? [String: SecretBytes], let secret = taken[key.stringValue] {
+            return secret
+        }
         guard let string = try self.decodeIfPresent(String.self, forKey: key) else { return nil }
         return try SecretBytes(utf8: string)
     }

@@ -1,4 +1,5 @@
 import Testing
+import VaultCrypto
 import VaultJSON
 import VaultProtocol
 @testable import VaultOIDC
@@ -48,5 +49,40 @@ struct IssuerParsingTests {
             AuthorizationServerMetadata.urls(for: "http://127.0.0.1:8080")
                 == ["http://127.0.0.1:8080/.well-known/oauth-authorization-server"]
         )
+    }
+}
+
+/// Token answers are read without a String of any token.
+struct TokenAnswerTests {
+    @Test func aTokenAnswerIsReadIntoGuardedMemoryAndItsBodyHoldsNoToken() throws {
+        let json = #"{"access_token":"AT-1","token_type":"bearer","expires_in":"300","refresh_token":"RT-\u0031","id_token":"ID-1","scope":"openid"}"#
+        var body = Array(json.utf8)
+        let response = try TokenResponseParser.parse(status: 200, body: &body, retryAfter: nil)
+        #expect(response.accessToken.unsafeString() == "AT-1")
+        #expect(response.refreshToken?.unsafeString() == "RT-1")
+        #expect(response.idToken?.unsafeString() == "ID-1")
+        #expect(response.expiresIn == 300)
+        #expect(response.scope == "openid")
+        let left = String(decoding: body, as: UTF8.self)
+        for token in ["AT-1", "RT-", "ID-1"] { #expect(!left.contains(token)) }
+    }
+
+    @Test func anAnswerThatNamesATokenTwiceIsNotTrusted() {
+        var body = Array(#"{"access_token":"a","refresh_token":"r1","refresh_token":"r2"}"#.utf8)
+        #expect(throws: ProviderError.self) { try TokenResponseParser.parse(status: 200, body: &body, retryAfter: nil) }
+        var empty = Array(#"{"access_token":"","token_type":"Bearer"}"#.utf8)
+        #expect(throws: ProviderError.self) { try TokenResponseParser.parse(status: 200, body: &empty, retryAfter: nil) }
+        var dpop = Array(#"{"access_token":"a","token_type":"DPoP"}"#.utf8)
+        #expect(throws: ProviderError.self) { try TokenResponseParser.parse(status: 200, body: &dpop, retryAfter: nil) }
+    }
+
+    @Test func aNativeAuthAnswerKeepsItsContinuationTokenGuardedAndTrimmed() throws {
+        var body = Array(#"{" continuation_token ":"  ct-1 ","challenge_type":"password"}"#.utf8)
+        guard case .passwordRequired(let continuation) = try NativeAuthParser.parse(status: 200, body: &body, retryAfter: nil) else {
+            Issue.record("not a password challenge")
+            return
+        }
+        #expect(continuation.unsafeString() == "ct-1")
+        #expect(!String(decoding: body, as: UTF8.self).contains("ct-1"))
     }
 }

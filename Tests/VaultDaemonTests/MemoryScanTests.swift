@@ -68,4 +68,31 @@ struct MemoryScanTests {
         #expect(await daemon.terminate() == 0)
         await issuer.stop()
     }
+
+    /// Rotated refresh tokens arrive in the issuer's JSON answers, which are
+    /// read into guarded memory without a String of any token (SecretFields):
+    /// after sign-out, no token of the whole chain is left anywhere.
+    @Test(.enabled(if: getuid() == 0, "needs root to read another process's memory"))
+    func signOutLeavesNoCopyOfAnyRotatedRefreshToken() async throws {
+        let issuer = try await TestIssuer.start(rotateRefreshTokens: true)
+        let folder = try temporaryFolder()
+        let daemon = try DaemonProcess(folder: folder)
+        #expect(await daemon.waitForLog("listening"))
+        let env = ["TOKENVAULT_SOCKET": daemon.socketPath]
+        _ = try await importAccount(from: issuer, environment: env)
+        for _ in 0..<5 {
+            let forced = try await runTool("vaultctl", ["token", "work", "--force-refresh"], environment: env)
+            #expect(forced.status == 0, "\(forced.stderr)")
+        }
+        let chain = issuer.issuedRefreshTokens
+        #expect(chain.count == 6)
+        let out = try await runTool("vaultctl", ["signout", "work"], environment: env)
+        #expect(out.status == 0, "\(out.stderr)")
+        for token in chain {
+            let after = try await Self.copies(of: token, in: daemon.pid)
+            #expect(after.count == 0, "copies left after sign-out of a token \(issuer.isRefreshTokenActive(token) ? "still active" : "rotated away"): \(after.where)")
+        }
+        #expect(await daemon.terminate() == 0)
+        await issuer.stop()
+    }
 }

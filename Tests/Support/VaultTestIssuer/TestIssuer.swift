@@ -114,6 +114,9 @@ public final class TestIssuer: Sendable {
     }
 
     /// Whether `refreshToken` would currently be accepted (not unknown, rotated away or revoked).
+    /// Every refresh token this issuer has handed out, rotated ones included.
+    public var issuedRefreshTokens: [String] { core.state.withLock { Array($0.refreshTokens.keys) } }
+
     public func isRefreshTokenActive(_ refreshToken: String) -> Bool {
         core.state.withLock { $0.refreshTokens[refreshToken]?.status == .active }
     }

@@ -1,0 +1,334 @@
+public import VaultCrypto
+
+/// Takes the secret string fields out of a JSON object before anything else
+/// reads it. Foundation's `JSONDecoder` makes a `String` of every string it
+/// decodes, and a `String` cannot be wiped; so a token answer or a request
+/// line goes through here first: each named top-level string is decoded
+/// straight into guarded memory, and its place in the bytes is overwritten
+/// with `0` and spaces. What is left decodes as before and holds no secret.
+///
+/// The walk refuses only what JSONDecoder refuses too (it is as lenient as
+/// JSONDecoder is with values it skips: trailing commas, a leading byte
+/// order mark, unchecked escapes and numbers), so no request it read before
+/// is lost; a secret is taken only when it is a string JSONDecoder would
+/// decode, else it is left in place for the decoder to refuse. UTF-8 is the
+/// caller's to check. It keeps no stack: nesting is bounded by the input.
+public enum SecretFields {
+    public enum Malformed: Error, Equatable, Sendable {
+        /// Not one JSON object.
+        case notAnObject
+        /// A secret field named twice: which one a decoder keeps is its own business.
+        case duplicate(String)
+        /// Guarded memory ran out.
+        case outOfMemory
+    }
+
+    /// The secrets found under `keys` at the top level of the object in
+    /// `bytes`, which are left with those values blanked. `key` maps a name as
+    /// sent to the name it is looked up by (an issuer that pads its keys with
+    /// spaces). A named field whose value is not a valid string is left in
+    /// place for the decoder to refuse with its own words. On a throw,
+    /// nothing taken survives and `bytes` may be partly blanked.
+    public static func take(
+        _ keys: Set<String>,
+        from bytes: UnsafeMutableRawBufferPointer,
+        key: (String) -> String = { $0 }
+    ) throws(Malformed) -> [String: SecretBytes] {
+        let read = UnsafeRawBufferPointer(bytes)
+        var scanner = Scanner(bytes: read)
+        var spans: [(key: String, range: Range<Int>)] = []
+        var seen: Set<String> = []
+        // A byte order mark, which JSONDecoder skips too.
+        if read.starts(with: [0xEF, 0xBB, 0xBF]) { scanner.index = 3 }
+        scanner.skipSpace()
+        guard scanner.take(UInt8(ascii: "{")) else { throw .notAnObject }
+        scanner.skipSpace()
+        var closed = scanner.take(UInt8(ascii: "}"))
+        while !closed {
+            let nameStart = scanner.index
+            guard scanner.skipString() else { throw .notAnObject }
+            let name = Self.name(UnsafeRawBufferPointer(rebasing: read[nameStart..<scanner.index]))
+            scanner.skipSpace()
+            guard scanner.take(UInt8(ascii: ":")) else { throw .notAnObject }
+            scanner.skipSpace()
+            let start = scanner.index
+            guard scanner.skipValue() else { throw .notAnObject }
+            let looked = key(name)
+            if keys.contains(looked) {
+                guard seen.insert(looked).inserted else { throw .duplicate(looked) }
+                let value = UnsafeRawBufferPointer(rebasing: read[start..<scanner.index])
+                if value.first == UInt8(ascii: "\"") && Self.isDecodable(value) { spans.append((looked, start..<scanner.index)) }
+            }
+            guard let next = scanner.next(closing: UInt8(ascii: "}")) else { throw .notAnObject }
+            closed = next
+        }
+        scanner.skipSpace()
+        guard scanner.index == read.count else { throw .notAnObject }
+
+        var taken: [String: SecretBytes] = [:]
+        for span in spans {
+            let quoted = UnsafeRawBufferPointer(rebasing: read[span.range])
+            let secret: SecretBytes?
+            do {
+                secret = try SecretBytes(count: Self.unescapedCount(quoted)) { out in Self.unescape(quoted, into: out) }
+            } catch {
+                for value in taken.values { value.wipe() }
+                throw .outOfMemory
+            }
+            guard let secret else { throw .notAnObject }
+            taken[span.key] = secret
+            bytes[span.range.lowerBound] = UInt8(ascii: "0")
+            for i in span.range.dropFirst() { bytes[i] = UInt8(ascii: " ") }
+        }
+        return taken
+    }
+
+    /// [UInt8] convenience: blanks `bytes` in place (no copy is made of them).
+    public static func take(
+        _ keys: Set<String>,
+        from bytes: inout [UInt8],
+        key: (String) -> String = { $0 }
+    ) throws(Malformed) -> [String: SecretBytes] {
+        let result: Result<[String: SecretBytes], Malformed> = bytes.withUnsafeMutableBytes { buffer in
+            do throws(Malformed) { return .success(try Self.take(keys, from: buffer, key: key)) } catch { return .failure(error) }
+        }
+        return try result.get()
+    }
+
+    // MARK: Strings
+
+    /// A member's name, decoded when JSONDecoder would decode it and short
+    /// (a long or broken name is no field anyone looks up: empty).
+    private static func name(_ quoted: UnsafeRawBufferPointer) -> String {
+        guard quoted.count <= 66, Self.isDecodable(quoted) else { return "" }
+        var utf8: [UInt8] = []
+        Self.walk(quoted) { utf8.append(contentsOf: UTF8.encode($0)!) } raw: { utf8.append($0) }
+        return String(decoding: utf8, as: UTF8.self)
+    }
+
+    /// Whether a string literal, quotes included, is one JSONDecoder decodes:
+    /// no control characters, known escapes, `\u` with four hex digits, and
+    /// surrogates only in pairs.
+    static func isDecodable(_ quoted: UnsafeRawBufferPointer) -> Bool {
+        guard quoted.count >= 2 else { return false }
+        let end = quoted.count - 1
+        var i = 1
+        func hex4(_ at: Int) -> UInt32? {
+            guard at + 4 <= end else { return nil }
+            var value: UInt32 = 0
+            for j in at..<at + 4 {
+                guard let digit = Scanner.hexValue(quoted[j]) else { return nil }
+                value = value << 4 | UInt32(digit)
+            }
+            return value
+        }
+        while i < end {
+            let byte = quoted[i]
+            if byte < 0x20 { return false }
+            guard byte == UInt8(ascii: "\\") else {
+                i += 1
+                continue
+            }
+            guard i + 1 < end else { return false }
+            switch quoted[i + 1] {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"),
+                UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
+                i += 2
+            case UInt8(ascii: "u"):
+                guard let unit = hex4(i + 2), !(0xDC00..<0xE000).contains(unit) else { return false }
+                i += 6
+                if (0xD800..<0xDC00).contains(unit) {
+                    guard i + 1 < end, quoted[i] == UInt8(ascii: "\\"), quoted[i + 1] == UInt8(ascii: "u"),
+                        let low = hex4(i + 2), (0xDC00..<0xE000).contains(low)
+                    else { return false }
+                    i += 6
+                }
+            default:
+                return false
+            }
+        }
+        return true
+    }
+
+    /// The decoded length of a checked string literal, quotes included in `quoted`.
+    private static func unescapedCount(_ quoted: UnsafeRawBufferPointer) -> Int {
+        var count = 0
+        Self.walk(quoted) { scalar in count += UTF8.width(scalar) } raw: { _ in count += 1 }
+        return count
+    }
+
+    private static func unescape(_ quoted: UnsafeRawBufferPointer, into out: UnsafeMutableRawBufferPointer) -> Bool {
+        var offset = 0
+        Self.walk(quoted) { scalar in
+            for byte in UTF8.encode(scalar)! {
+                out[offset] = byte
+                offset += 1
+            }
+        } raw: { byte in
+            out[offset] = byte
+            offset += 1
+        }
+        return offset == out.count
+    }
+
+    /// Calls `raw` for each byte of a decodable literal as it stands and
+    /// `scalar` for each escape, a surrogate pair making one scalar.
+    private static func walk(_ quoted: UnsafeRawBufferPointer, scalar: (Unicode.Scalar) -> Void, raw: (UInt8) -> Void) {
+        var i = 1
+        let end = quoted.count - 1
+        while i < end {
+            let byte = quoted[i]
+            guard byte == UInt8(ascii: "\\") else {
+                raw(byte)
+                i += 1
+                continue
+            }
+            let escaped = quoted[i + 1]
+            i += 2
+            switch escaped {
+            case UInt8(ascii: "b"): raw(0x08)
+            case UInt8(ascii: "f"): raw(0x0C)
+            case UInt8(ascii: "n"): raw(0x0A)
+            case UInt8(ascii: "r"): raw(0x0D)
+            case UInt8(ascii: "t"): raw(0x09)
+            case UInt8(ascii: "u"):
+                let high = Self.hex4(quoted, at: i)
+                i += 4
+                if (0xD800..<0xDC00).contains(high) {
+                    // The scanner let through only whole pairs.
+                    let low = Self.hex4(quoted, at: i + 2)
+                    i += 6
+                    scalar(Unicode.Scalar(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))!)
+                } else {
+                    scalar(Unicode.Scalar(high)!)
+                }
+            default: raw(escaped)  // " \ /
+            }
+        }
+    }
+
+    fileprivate static func hex4(_ bytes: UnsafeRawBufferPointer, at index: Int) -> UInt32 {
+        var value: UInt32 = 0
+        for i in index..<index + 4 { value = value << 4 | UInt32(Scanner.hexValue(bytes[i])!) }
+        return value
+    }
+}
+
+/// A walk over JSON bytes that builds no value and keeps no stack of its own.
+private struct Scanner {
+    let bytes: UnsafeRawBufferPointer
+    var index = 0
+
+    init(bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+
+    var peek: UInt8? { self.index < self.bytes.count ? self.bytes[self.index] : nil }
+
+    mutating func take(_ byte: UInt8) -> Bool {
+        guard self.peek == byte else { return false }
+        self.index += 1
+        return true
+    }
+
+    mutating func skipSpace() {
+        while let byte = self.peek, byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { self.index += 1 }
+    }
+
+    /// `"name" :` and the space after it.
+    mutating func memberHead() -> Bool {
+        guard self.skipString() else { return false }
+        self.skipSpace()
+        guard self.take(UInt8(ascii: ":")) else { return false }
+        self.skipSpace()
+        return true
+    }
+
+    /// After a member or element: true when `closer` ended the container,
+    /// false when a comma says another follows (a trailing comma before
+    /// `closer` ends it, as JSONDecoder allows), nil when neither.
+    mutating func next(closing closer: UInt8) -> Bool? {
+        self.skipSpace()
+        if self.take(closer) { return true }
+        guard self.take(UInt8(ascii: ",")) else { return nil }
+        self.skipSpace()
+        return self.take(closer) ? true : false
+    }
+
+    /// One value of any kind. Containers are walked with a count of what
+    /// they open, not by recursion: a line of `[` cannot exhaust the stack.
+    mutating func skipValue() -> Bool {
+        // Whether each open container is an object (else an array).
+        var open: [Bool] = []
+        while true {
+            guard let byte = self.peek else { return false }
+            switch byte {
+            case UInt8(ascii: "\""):
+                guard self.skipString() else { return false }
+            case UInt8(ascii: "{"), UInt8(ascii: "["):
+                self.index += 1
+                self.skipSpace()
+                let keyed = byte == UInt8(ascii: "{")
+                if self.take(keyed ? UInt8(ascii: "}") : UInt8(ascii: "]")) { break }
+                open.append(keyed)
+                if keyed { guard self.memberHead() else { return false } }
+                continue
+            case UInt8(ascii: "t"): guard self.literal("true") else { return false }
+            case UInt8(ascii: "f"): guard self.literal("false") else { return false }
+            case UInt8(ascii: "n"): guard self.literal("null") else { return false }
+            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+                // As loose as JSONDecoder is with a number it does not read.
+                self.index += 1
+                while let next = self.peek,
+                    (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(next) || next == UInt8(ascii: ".") || next == UInt8(ascii: "e")
+                        || next == UInt8(ascii: "E") || next == UInt8(ascii: "+") || next == UInt8(ascii: "-")
+                {
+                    self.index += 1
+                }
+            default:
+                return false
+            }
+            // A value ended: close what it ends, or go on to the next one.
+            while let keyed = open.last {
+                guard let closed = self.next(closing: keyed ? UInt8(ascii: "}") : UInt8(ascii: "]")) else { return false }
+                if closed {
+                    open.removeLast()
+                    continue
+                }
+                if keyed { guard self.memberHead() else { return false } }
+                break
+            }
+            if open.isEmpty { return true }
+        }
+    }
+
+    private mutating func literal(_ word: StaticString) -> Bool {
+        let count = word.utf8CodeUnitCount
+        guard self.bytes.count - self.index >= count else { return false }
+        for i in 0..<count where self.bytes[self.index + i] != word.utf8Start[i] { return false }
+        self.index += count
+        return true
+    }
+
+    /// A string literal from its opening quote to past its closing one; an
+    /// escape is any byte after a backslash (checked only where decoded).
+    mutating func skipString() -> Bool {
+        guard self.take(UInt8(ascii: "\"")) else { return false }
+        while let byte = self.peek {
+            self.index += 1
+            if byte == UInt8(ascii: "\"") { return true }
+            if byte == UInt8(ascii: "\\") {
+                guard self.peek != nil else { return false }
+                self.index += 1
+            }
+        }
+        return false
+    }
+
+    static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case 0x30...0x39: return byte - 0x30
+        case 0x41...0x46: return byte - 0x41 + 10
+        case 0x61...0x66: return byte - 0x61 + 10
+        default: return nil
+        }
+    }
+}
