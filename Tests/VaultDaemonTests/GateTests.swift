@@ -122,6 +122,34 @@ struct GateTests {
         }
     }
 
+    /// Every await is a place where the account can change: a share's request
+    /// held at the issuer while its account is removed and a new one added
+    /// under the name gets no token, neither the old account's nor the new one's.
+    @Test func aShareRequestInFlightWhenItsAccountIsReplacedGetsNothing() async throws {
+        try await using(self.setUp()) { setup in
+            let path = setup.folder + "/share/s.sock"
+            _ = try await setup.share(["work", "--socket", path])
+            let client = try LineClient(path: path)
+            setup.issuer.setTokenBehaviour(.gate)
+            client.send(#"{"id":1,"op":"token","account":"work"}"# + "\n")
+            try await poll { setup.issuer.heldRequestCount == 1 }
+            let replace = Task {
+                _ = try await setup.vault.broker.remove("work")
+                try await self.readd(setup)
+            }
+            // The secrets are dropped at once; the removal then waits for the exchange in flight.
+            try await poll { await setup.vault.broker.status().accounts.first { $0.name == "work" }?.signedIn != true }
+            setup.issuer.openGate()
+            try await replace.value
+            let line = try #require(await client.readLine())
+            let answer = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+            #expect(answer["access_token"] == nil, "\(answer)")
+            #expect(answer["ok"] as? Bool == false, "\(answer)")
+            let after = try #require(await client.call(#"{"id":2,"op":"token","account":"work"}"#))
+            #expect(after.errorCode == "forbidden", "the new account is not the shared one: \(after)")
+        }
+    }
+
     /// Signed out, a shared account serves nothing; `subscribe` outside the grant is refused.
     @Test func aShareServesNothingSignedOutAndSubscribesOnlyItsAccounts() async throws {
         try await using(self.setUp()) { setup in
