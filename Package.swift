@@ -2,7 +2,7 @@
 import PackageDescription
 
 /// Every Swift target builds with these, tests included; each target declares
-/// exactly the modules it imports (scripts/check-imports.py checks both).
+/// exactly the modules it imports (dev/check-imports.py checks both).
 let strict: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
     .enableUpcomingFeature("MemberImportVisibility"),
@@ -13,7 +13,7 @@ let strict: [SwiftSetting] = [
 /// link/PROGRAM.order first, in that order, then every function without a
 /// name, then the rest. The kernel maps code 64 KiB around each page touched,
 /// so code spread over a 23 MB binary costs more memory and page faults than
-/// the 2 MB of it that runs. scripts/order-files.sh writes the lists;
+/// the 2 MB of it that runs. Benchmarks/order-files.sh writes the lists;
 /// scripts/release.sh builds every function in a section of its own, which
 /// this needs to move functions one by one.
 func layout(of program: String) -> [String] {

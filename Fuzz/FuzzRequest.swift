@@ -36,7 +36,7 @@
 // The line cutting and the round trip are in RequestLines.swift, shared with
 // the decoder-only harness (FuzzRequestDecode.swift).
 //
-// Built and run by scripts/fuzz.sh; the corpus is Fuzz/corpus/request/.
+// Built and run by dev/fuzz.sh; the corpus is Fuzz/corpus/request/.
 
 import AsyncHTTPClient
 import Dispatch

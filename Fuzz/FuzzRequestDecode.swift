@@ -7,7 +7,7 @@
 // No broker and no daemon: it links VaultProtocol and what that needs only,
 // for many more inputs a second than the request harness.
 //
-// Built and run by scripts/fuzz.sh as `request-decode`; it shares the
+// Built and run by dev/fuzz.sh as `request-decode`; it shares the
 // request harness's corpus (Fuzz/corpus/request/) and dictionary.
 
 import VaultProtocol

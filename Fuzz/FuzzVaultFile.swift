@@ -23,7 +23,7 @@
 //
 //     TOKENVAULT_FUZZ_WRITE_SEEDS=Fuzz/corpus/vaultfile .build-fuzz/fuzz-vaultfile
 //
-// Built and run by scripts/fuzz.sh.
+// Built and run by dev/fuzz.sh.
 
 import Glibc
 import VaultCrypto

@@ -1,7 +1,7 @@
 // What the two request harnesses share (FuzzRequest.swift, and the
 // decoder-only FuzzRequestDecode.swift): cutting an input into lines as
 // vaultd does, and the round-trip property of the request decoder. Compiled
-// into both by scripts/fuzz.sh; it needs VaultProtocol only.
+// into both by dev/fuzz.sh; it needs VaultProtocol only.
 
 import FoundationEssentials
 import VaultJSON

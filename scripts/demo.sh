@@ -7,7 +7,7 @@
 #
 # Everything lives in one private folder (DEMO_DIR, default
 # $XDG_RUNTIME_DIR/tokenvault-demo, else ~/.cache/tokenvault-demo): the
-# provider (Glewlwyd on 127.0.0.1, from Tests/Support/glewlwyd), vaultd's socket,
+# provider (Glewlwyd on 127.0.0.1, run by demo/glewlwyd), vaultd's socket,
 # vault and log. DEMO_BIN names a folder holding vaultd and vaultctl to use
 # instead of building them.
 set -euo pipefail
@@ -39,14 +39,17 @@ stop_pid() {
 if [ "${1:-}" = "stop" ]; then
     [ -d "$DEMO" ] || { say "nothing to stop"; exit 0; }
     stop_pid "$DEMO/vaultd.pid" "$DEMO/run/tokenvault/vaultd.sock"
-    [ -d "$DEMO/provider" ] && "$ROOT/Tests/Support/glewlwyd/stop.sh" "$DEMO/provider" >/dev/null
+    [ -d "$DEMO/provider" ] && "$ROOT/demo/glewlwyd/stop.sh" "$DEMO/provider" >/dev/null
     say "stopped; $DEMO holds the logs (remove it when done)"
     exit 0
 fi
 [ $# -eq 0 ] || { echo "usage: $0 [stop]" >&2; exit 2; }
 
 if [ -z "${DEMO_BIN:-}" ]; then
-    "$ROOT/scripts/install-deps.sh"
+    # What vaultd and vaultctl need, and the demo's own provider: Glewlwyd
+    # from Debian, run by demo/glewlwyd/start.sh, which needs sqlite3,
+    # openssl and python3.
+    "$ROOT/scripts/install-deps.sh" --also glewlwyd sqlite3 openssl python3
     (cd "$ROOT" && swift build --product vaultd && swift build --product vaultctl) >&2
     DEMO_BIN="$(cd "$ROOT" && swift build --show-bin-path)"
 fi
@@ -60,7 +63,7 @@ rm -rf "$DEMO/shares"
 mkdir -m 0700 "$DEMO/provider" "$DEMO/run" "$DEMO/state" "$DEMO/config" "$DEMO/shares"
 
 say "starting the OpenID provider (Glewlwyd) on 127.0.0.1"
-GLEWLWYD_ACCESS_TOKEN_SECONDS=300 "$ROOT/Tests/Support/glewlwyd/start.sh" "$DEMO/provider" >/dev/null
+GLEWLWYD_ACCESS_TOKEN_SECONDS=300 "$ROOT/demo/glewlwyd/start.sh" "$DEMO/provider" >/dev/null
 # shellcheck disable=SC1091
 . "$DEMO/provider/env"
 

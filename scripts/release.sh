@@ -10,7 +10,7 @@
 # program looks for the runtime's libraries at start. Every function in a
 # section of its own, so that the linker lays out the functions each program
 # runs (link/vaultd.order and link/vaultctl.order, made by
-# scripts/order-files.sh) next to each other: the kernel maps code 64 KiB
+# Benchmarks/order-files.sh) next to each other: the kernel maps code 64 KiB
 # around each page a process touches, so code spread over 23 MB costs far
 # more resident memory and page faults than the 2 MB that runs.
 #

@@ -149,7 +149,7 @@ struct Load {
 struct Glewlwyd {
     let folder: String
     let issuer: String
-    static let script = repository + "/Tests/Support/glewlwyd"
+    static let script = repository + "/demo/glewlwyd"
     static var installed: Bool { FileManager.default.isExecutableFile(atPath: "/usr/bin/glewlwyd") }
 
     static func start(folder: String, accessTokenSeconds: Int) throws -> Glewlwyd {

@@ -1,9 +1,9 @@
 // vaultbench: measures vaultd beside its peer, oidc-agent, in one run, with
 // one C load client (Benchmarks/load/vbload.c, compiled at run time) and a C
 // echo server as the floor. Build the products it runs, then run it:
-//   "$(scripts/release.sh vaultd vaultctl vaultbench)/vaultbench"   (or scripts/bench.sh)
+//   "$(scripts/release.sh vaultd vaultctl vaultbench)/vaultbench"   (or Benchmarks/bench.sh)
 // Side by side (needs glewlwyd, and oidc-agent-cli for the peer's column):
-// both serve cached tokens from the same Glewlwyd (Tests/Support/glewlwyd).
+// both serve cached tokens from the same Glewlwyd (demo/glewlwyd).
 // Then vaultd alone against the project's in-process test issuer: hostile
 // and failing issuers, load, scaling with the number of accounts, start-up.
 import Foundation

@@ -11,7 +11,7 @@ import VaultStore
 /// survive unless the kill fell between the issuer's answer and the durable
 /// write of the rotated token; Glewlwyd's database tells which (the token
 /// the vault held is spent and has exactly one successor, which the vault
-/// never held). scripts/crash-safety.sh does the same hundreds of times.
+/// never held). Tests/Soak/crash-safety.sh does the same hundreds of times.
 @Suite(.timeLimit(.minutes(2)))
 struct CrashSafetyTests {
     static let kills = 12
@@ -66,7 +66,7 @@ struct CrashSafetyTests {
                         kill(daemon.pid, SIGKILL)
                     } else {
                         let watcher = try await runTool(
-                            packageRoot + "/Tests/Support/glewlwyd/on-rotation.py",
+                            packageRoot + "/demo/glewlwyd/on-rotation.py",
                             [provider.folder, "--pid", String(daemon.pid), "--timeout", "20"]
                         )
                         #expect(watcher.status == 0, "round \(round): \(watcher.stdout) \(watcher.stderr)")
@@ -135,7 +135,7 @@ struct CrashSafetyTests {
     /// Where `refreshToken` stands in its rotation chain at the provider.
     func chain(of refreshToken: String, at provider: Glewlwyd) async throws -> [String: Any] {
         let result = try await runTool(
-            packageRoot + "/Tests/Support/glewlwyd/refresh-chain.py",
+            packageRoot + "/demo/glewlwyd/refresh-chain.py",
             [provider.folder],
             input: refreshToken + "\n"
         )

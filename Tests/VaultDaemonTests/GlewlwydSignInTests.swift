@@ -39,14 +39,14 @@ struct GlewlwydSignInTests {
         }
         let uri = "http://127.0.0.1:\(try #require(port == 0 ? nil : port))/callback"
         let base = try #require(provider.env["GLEWLWYD_BASE_URL"])
-        let result = try await runTool(packageRoot + "/Tests/Support/glewlwyd/provision.py", ["--base", base, "add-redirect-uri", client, uri])
+        let result = try await runTool(packageRoot + "/demo/glewlwyd/provision.py", ["--base", base, "add-redirect-uri", client, uri])
         #expect(result.status == 0, "\(result.stderr)")
         return uri
     }
 
     func browse(_ provider: Glewlwyd, _ url: String, _ extra: [String] = []) async throws -> [String: Any] {
         let result = try await runTool(
-            packageRoot + "/Tests/Support/glewlwyd/browser.py",
+            packageRoot + "/demo/glewlwyd/browser.py",
             ["--issuer", provider.issuer, "--url", url] + extra
         )
         #expect(result.status == 0, "\(result.stderr)")
@@ -116,7 +116,7 @@ struct GlewlwydSignInTests {
                 #expect(pending["state"] as? String == "device_code", "\(pending)")
 
                 let approved = try await runTool(
-                    packageRoot + "/Tests/Support/glewlwyd/approve-device.py",
+                    packageRoot + "/demo/glewlwyd/approve-device.py",
                     ["--issuer", provider.issuer, "--user-code", userCode]
                 )
                 #expect(approved.status == 0, "\(approved.stderr)")
@@ -192,7 +192,7 @@ struct GlewlwydPKCETests {
             }
             func code(for request: AuthorizationRequest) async throws -> String {
                 let result = try await runTool(
-                    packageRoot + "/Tests/Support/glewlwyd/browser.py",
+                    packageRoot + "/demo/glewlwyd/browser.py",
                     ["--issuer", provider.issuer, "--url", request.url, "--no-visit"]
                 )
                 #expect(result.status == 0, "\(result.stderr)")

@@ -29,4 +29,25 @@ struct InstallTests {
             #expect(sections.status == 0 && !sections.stdout.contains(".debug_info") && !sections.stdout.contains(".symtab"), "\(binary) is installed stripped")
         }
     }
+
+    /// What a user's install puts on the machine is what vaultd and vaultctl
+    /// need: none of the servers and tools the test suite runs against.
+    @Test func aUsersInstallInstallsNoTestPackage() async throws {
+        let user = try await runTool(packageRoot + "/scripts/install-deps.sh", ["--list"])
+        let tests = try await runTool(packageRoot + "/dev/install-test-deps.sh", ["--list"])
+        #expect(user.status == 0 && tests.status == 0, "\(user.stderr)\(tests.stderr)")
+        let userPackages = Set(user.stdout.split(separator: "\n").map(String.init))
+        let testPackages = Set(tests.stdout.split(separator: "\n").map(String.init))
+        #expect(userPackages.isSuperset(of: ["libsodium-dev", "libsecret-1-dev", "qrencode"]), "\(userPackages)")
+        for package in ["glewlwyd", "openssh-server", "gnome-keyring", "tmux", "sqlite3"] {
+            #expect(!userPackages.contains(package), "\(package) is for the tests")
+            #expect(testPackages.contains(package), "\(package) is installed for the tests")
+        }
+        #expect(userPackages.isDisjoint(with: testPackages))
+        // The scripts users run name only the user's list.
+        for script in ["install.sh", "run.sh"] {
+            let text = try String(contentsOfFile: packageRoot + "/scripts/" + script, encoding: .utf8)
+            #expect(!text.contains("install-test-deps") && !text.contains("--also"), "\(script)")
+        }
+    }
 }

@@ -49,7 +49,7 @@ struct KeyringDaemonTests {
                 #expect(reply["notified"] as? Int == 1)
                 #expect(await subscriber.readObject()?["event"] as? String == "signed_out")
                 let introspection = try await runTool(
-                    packageRoot + "/Tests/Support/glewlwyd/introspect.py",
+                    packageRoot + "/demo/glewlwyd/introspect.py",
                     ["--issuer", provider.issuer, "--client-id", "confidential-app", "--client-secret", secret],
                     input: refreshToken
                 )

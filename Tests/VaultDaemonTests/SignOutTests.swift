@@ -37,7 +37,7 @@ struct SignOutTests {
                 #expect(event["event"] as? String == "signed_out" && event["account"] as? String == "work", "\(event)")
 
                 let introspection = try await runTool(
-                    packageRoot + "/Tests/Support/glewlwyd/introspect.py",
+                    packageRoot + "/demo/glewlwyd/introspect.py",
                     ["--issuer", provider.issuer, "--client-id", "confidential-app", "--client-secret", secret],
                     input: refreshToken
                 )

@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-/// A short run of scripts/soak.sh: vaultd with three accounts on Glewlwyd's
+/// A short run of Tests/Soak/soak.sh: vaultd with three accounts on Glewlwyd's
 /// rotating client, clients asking them for mixed scope sets with a small
 /// min_ttl, sign-outs and sign-ins along the way, and SIGKILLs of vaultd.
 /// No refresh token may be presented twice, no token served or stored after
@@ -25,7 +25,7 @@ struct SoakTests {
 
     @Test func mixedScopesSignOutsAndKillsSpendEachRefreshTokenOnce() async throws {
         let result = try await runTool(
-            packageRoot + "/scripts/soak.sh",
+            packageRoot + "/Tests/Soak/soak.sh",
             [String(Self.seconds)],
             environment: [
                 "SOAK_BIN": productsDirectory,

@@ -287,7 +287,7 @@ let packageRoot: String = {
 }()
 
 /// Glewlwyd, a third-party OpenID provider, started on 127.0.0.1 from
-/// Tests/Support/glewlwyd with a fresh database for one test.
+/// demo/glewlwyd with a fresh database for one test.
 struct Glewlwyd {
     let folder: String
     let env: [String: String]
@@ -296,7 +296,7 @@ struct Glewlwyd {
     static func start(accessTokenSeconds: Int = 3) async throws -> Glewlwyd {
         let folder = try temporaryFolder()
         let started = try await runTool(
-            packageRoot + "/Tests/Support/glewlwyd/start.sh",
+            packageRoot + "/demo/glewlwyd/start.sh",
             [folder],
             environment: ["GLEWLWYD_ACCESS_TOKEN_SECONDS": String(accessTokenSeconds)]
         )
@@ -310,7 +310,7 @@ struct Glewlwyd {
     }
 
     func stop() async {
-        _ = try? await runTool(packageRoot + "/Tests/Support/glewlwyd/stop.sh", [self.folder])
+        _ = try? await runTool(packageRoot + "/demo/glewlwyd/stop.sh", [self.folder])
     }
 
     /// Runs `body` with a fresh provider and stops it afterwards, whatever happens.
@@ -333,7 +333,7 @@ struct Glewlwyd {
             "--scope", "openid offline_access profile email",
         ]
         if let secret { arguments += ["--client-secret", secret] }
-        let result = try await runTool(packageRoot + "/Tests/Support/glewlwyd/login.py", arguments)
+        let result = try await runTool(packageRoot + "/demo/glewlwyd/login.py", arguments)
         guard result.status == 0,
             let object = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
         else { throw ToolFailure(message: "login failed: \(result.stderr)") }
@@ -343,7 +343,7 @@ struct Glewlwyd {
     /// Revokes a token at the provider (RFC 7009).
     func revoke(_ token: String, client: String, secret: String) async throws {
         let result = try await runTool(
-            packageRoot + "/Tests/Support/glewlwyd/introspect.py",
+            packageRoot + "/demo/glewlwyd/introspect.py",
             ["--issuer", self.issuer, "--client-id", client, "--client-secret", secret, "--revoke"],
             input: token
         )

@@ -42,7 +42,7 @@
 #   KEYRING_START_TIMEOUT   seconds to wait for readiness (default 10)
 #
 # Needs the Debian packages gnome-keyring, libsecret-tools and dbus
-# (scripts/install-deps.sh).
+# (dev/install-test-deps.sh).
 set -euo pipefail
 
 say() { echo "keyring/session.sh: $*" >&2; }
@@ -62,7 +62,7 @@ SECRETS=org.freedesktop.secrets
 COLLECTION_ALIAS=default
 
 for cmd in dbus-daemon gnome-keyring-daemon gdbus; do
-    command -v "$cmd" >/dev/null 2>&1 || fail "'$cmd' not found (run scripts/install-deps.sh)"
+    command -v "$cmd" >/dev/null 2>&1 || fail "'$cmd' not found (run dev/install-test-deps.sh)"
 done
 
 # The environment every process of the session runs with.

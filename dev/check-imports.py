@@ -9,11 +9,11 @@ target built without the package's strict settings:
   - imported but not declared (it builds only through another target's
     dependency, and breaks when that one changes);
   - declared but never imported (a dependency for nothing).
-The Fuzz/ harnesses are no SwiftPM target: scripts/fuzz.sh builds them against
+The Fuzz/ harnesses are no SwiftPM target: dev/fuzz.sh builds them against
 VaultDaemon and everything it depends on, so that closure is what they may
 import (and need not all be imported).
 
-    scripts/check-imports.py     exit 0 when every target matches, 1 otherwise
+    dev/check-imports.py     exit 0 when every target matches, 1 otherwise
 """
 import os
 import re
@@ -112,7 +112,7 @@ def main():
     fuzz = imports("Fuzz")
     allowed = closure(all_targets, "VaultDaemon")
     for module in sorted(fuzz - allowed):
-        print(f"Fuzz: imports {module}, which scripts/fuzz.sh does not build (not in VaultDaemon's dependencies)")
+        print(f"Fuzz: imports {module}, which dev/fuzz.sh does not build (not in VaultDaemon's dependencies)")
         problems += 1
     if problems == 0:
         print(f"check-imports: {len(all_targets)} targets and Fuzz/ import exactly what they declare")

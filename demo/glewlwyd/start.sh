@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Start a throw-away, fully provisioned Glewlwyd OpenID provider on 127.0.0.1.
 #
-#   Tests/Support/glewlwyd/start.sh DIR
+#   demo/glewlwyd/start.sh DIR
 #
 # DIR (created if missing, normally a fresh temp dir) receives the SQLite db,
 # config, RSA keys, glewlwyd.pid, glewlwyd.log and, once everything answers,
 # DIR/env: shell-sourceable KEY='VALUE' lines (every value single-quoted,
 # none contains a quote). The issuer is printed on stdout; progress and errors
-# go to stderr. Stop it with Tests/Support/glewlwyd/stop.sh DIR.
+# go to stderr. Stop it with demo/glewlwyd/stop.sh DIR.
 #
 # Environment knobs:
 #   GLEWLWYD_ACCESS_TOKEN_SECONDS   access-token lifetime (default 3)
@@ -143,7 +143,7 @@ for attempt in 1 2 3; do
         "$BASE_CONF" >"$DIR/glewlwyd.conf"
     cat >>"$DIR/glewlwyd.conf" <<EOF
 
-# --- tokenvault test instance (Tests/Support/glewlwyd/start.sh) ---
+# --- tokenvault test instance (demo/glewlwyd/start.sh) ---
 port=$PORT
 bind_address="127.0.0.1"
 external_url="http://127.0.0.1:$PORT"

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Soak test of vaultd against a real, rotating OpenID provider.
 
-  scripts/soak.py --bin FOLDER [SECONDS]      (normally through scripts/soak.sh)
+  Tests/Soak/soak.py --bin FOLDER [SECONDS]      (normally through Tests/Soak/soak.sh)
 
-Starts Glewlwyd on 127.0.0.1 (Tests/Support/glewlwyd/start.sh, 5-second access
+Starts Glewlwyd on 127.0.0.1 (demo/glewlwyd/start.sh, 5-second access
 tokens), runs FOLDER/vaultd with the sealed-file backend in a temporary XDG
 tree and signs three accounts in on the rotating confidential client, whose
 every refresh spends the refresh token. Client threads then ask the accounts
@@ -26,7 +26,7 @@ import argparse, json, os, random, signal, socket, subprocess, sys, tempfile, th
 from importlib import import_module
 
 sys.dont_write_bytecode = True
-GLEWLWYD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Tests", "Support", "glewlwyd")
+GLEWLWYD = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "demo", "glewlwyd")
 sys.path.insert(0, GLEWLWYD)
 refresh_chain = import_module("refresh-chain")
 
@@ -106,7 +106,7 @@ class Vaultd:
 
 
 class Glewlwyd:
-    """The provider, through the project's Tests/Support/glewlwyd."""
+    """The provider, through the project's demo/glewlwyd."""
 
     def __init__(self, folder):
         self.folder, self.env, self.log_start = folder, {}, 0
@@ -274,7 +274,7 @@ class Soak:
             reply = call(self.vault.socket, {"op": "refresh_token", "account": account})
             if not reply.get("ok"):
                 continue  # signed out, or lost before the kill: the clients will tell
-            chain = refresh_chain.chain_position(  # see Tests/Support/glewlwyd/refresh-chain.py
+            chain = refresh_chain.chain_position(  # see demo/glewlwyd/refresh-chain.py
                 self.gw.folder + "/glewlwyd.db", refresh_chain.token_hash(reply["refresh_token"]))
             if chain["known"] and not chain["enabled"] and chain["successors"] == 1 and chain["successor_enabled"]:
                 self.counts["window"] += 1

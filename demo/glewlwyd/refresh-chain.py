@@ -78,7 +78,7 @@ def chain_position(db_path, stored_hash):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("dir", help="the folder Tests/Support/glewlwyd/start.sh made")
+    ap.add_argument("dir", help="the folder demo/glewlwyd/start.sh made")
     ap.add_argument("--hash", help="the stored hash instead of the token on stdin")
     args = ap.parse_args()
     if args.hash:

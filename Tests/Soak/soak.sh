@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Soak test: vaultd under many clients against a rotating Glewlwyd, with
-# sign-outs and SIGKILLs along the way. scripts/soak.py says what it does and
+# sign-outs and SIGKILLs along the way. Tests/Soak/soak.py says what it does and
 # what it prints.
 #
-#   scripts/soak.sh [SECONDS]          (default SOAK_SECONDS, else 600)
+#   Tests/Soak/soak.sh [SECONDS]          (default SOAK_SECONDS, else 600)
 #
 # Environment:
 #   SOAK_BIN           a folder holding vaultd (else a release build is made)
@@ -14,11 +14,11 @@
 #   SOAK_KEEP=1        keep the work folder (kept anyway when a goal failed)
 #
 # Exit 0 when every goal figure is 0, 1 when one is not, 2 when the setup failed.
-# Needs what Tests/Support/glewlwyd/start.sh needs (glewlwyd, sqlite3, openssl, python3).
+# Needs what demo/glewlwyd/start.sh needs (glewlwyd, sqlite3, openssl, python3).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$HERE/.." && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
 
 if [ -n "${SOAK_BIN:-}" ]; then
     BIN="$SOAK_BIN"

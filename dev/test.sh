@@ -5,10 +5,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/install-deps.sh
+dev/install-test-deps.sh
 # Each target declares exactly what it imports, and builds with the strict settings.
-scripts/check-imports.py
+dev/check-imports.py
 swift build --build-tests -Xswiftc -warnings-as-errors
+# Every fuzz harness compiles against this build (only request-decode is
+# fuzzed below; the others take a sanitizer build of the whole daemon).
+dev/fuzz.sh --typecheck
+# The link order files (link/*.order) still name this code, or the test
+# fails with the command that remakes them.
+dev/check-order-files.py
 # The vault fsyncs every write; right after a cold build those fsyncs queue
 # behind gigabytes of build output. Flush that first so tests time the vault.
 sync
@@ -22,5 +28,5 @@ python3 -B -m unittest clients/test_tokenvault.py
 # Every line a local client sends reaches the request decoder first; a crash
 # there ends vaultd for everyone. 30 s of libFuzzer (about 45 s with its
 # sanitizer build of VaultProtocol alone), from Fuzz/corpus/request/, which
-# keeps every input that once crashed it. scripts/fuzz.sh says how to run more.
-scripts/fuzz.sh 30 request-decode
+# keeps every input that once crashed it. dev/fuzz.sh says how to run more.
+dev/fuzz.sh 30 request-decode

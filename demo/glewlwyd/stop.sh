@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Stop the Glewlwyd that Tests/Support/glewlwyd/start.sh DIR started.
+# Stop the Glewlwyd that demo/glewlwyd/start.sh DIR started.
 #
-#   Tests/Support/glewlwyd/stop.sh DIR
+#   demo/glewlwyd/stop.sh DIR
 #
 # Sends SIGTERM to the PID in DIR/glewlwyd.pid, waits up to 5 s, then SIGKILL.
 # Succeeds (exit 0) when nothing is running any more, including when it was

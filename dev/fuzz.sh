@@ -6,14 +6,14 @@
 # sealed vault file (Fuzz/FuzzVaultFile.swift: the file
 # parser and the record codec) and what issuers send (Fuzz/FuzzIssuer.swift:
 # token, native-auth, device, discovery and JWKS answers, Retry-After and
-# Cache-Control, numbers bounded). scripts/test.sh runs request-decode for
+# Cache-Control, numbers bounded). dev/test.sh runs request-decode for
 # 30 s; the others only run here.
 #
-#   scripts/fuzz.sh SECONDS              build, then run each harness SECONDS
-#   scripts/fuzz.sh SECONDS request      ... only the named harness(es)
-#   scripts/fuzz.sh --build-only [NAME]  build the harnesses only
-#   scripts/fuzz.sh --no-build SECONDS   run what was built
-#   scripts/fuzz.sh --runs N SECONDS ... stop each harness after N inputs, or SECONDS
+#   dev/fuzz.sh SECONDS              build, then run each harness SECONDS
+#   dev/fuzz.sh SECONDS request      ... only the named harness(es)
+#   dev/fuzz.sh --build-only [NAME]  build the harnesses only
+#   dev/fuzz.sh --no-build SECONDS   run what was built
+#   dev/fuzz.sh --runs N SECONDS ... stop each harness after N inputs, or SECONDS
 #
 # How it builds. libFuzzer brings its own main(), so a harness cannot be a
 # SwiftPM product. Instead:
@@ -45,23 +45,25 @@
 # in .build-fuzz/crashes/ and makes the script exit non-zero once every
 # harness has run. Replay one with:
 #   .build-fuzz/fuzz-NAME .build-fuzz/crashes/NAME-crash-...
-# Run it niced on a shared machine: nice -n 10 scripts/fuzz.sh 600
+# Run it niced on a shared machine: nice -n 10 dev/fuzz.sh 600
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 usage() {
-    echo "usage: scripts/fuzz.sh [--no-build] [--runs N] SECONDS [NAME]... | --build-only [NAME]...  (NAME: request request-decode vaultfile issuer)" >&2
+    echo "usage: dev/fuzz.sh [--no-build] [--runs N] SECONDS [NAME]... | --build-only [NAME]... | --typecheck  (NAME: request request-decode vaultfile issuer)" >&2
     exit 64
 }
 
 build=yes
 run=yes
+typecheck=no
 seconds=
 runs=
 harnesses=()
 while [ $# -gt 0 ]; do
     case $1 in
     --build-only) run=no ;;
+    --typecheck) typecheck=yes ;;
     --no-build) build=no ;;
     --runs)
         [[ ${2:-} =~ ^[0-9]+$ ]] || usage
@@ -75,7 +77,7 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-if [ "$run" = yes ] && [ -z "$seconds" ]; then usage; fi
+if [ "$run" = yes ] && [ "$typecheck" = no ] && [ -z "$seconds" ]; then usage; fi
 
 scratch=.build-fuzz
 [ ${#harnesses[@]} -gt 0 ] || harnesses=(request request-decode vaultfile issuer)
@@ -95,20 +97,10 @@ base_of() {
     esac
 }
 
-if [ "$build" = yes ]; then
-    scripts/install-deps.sh
-    # What libFuzzer reads. swiftc adds it to a module only when it also links
-    # (as for a harness), so SwiftPM's compile steps must ask for it.
-    coverage=edge,trace-cmp,pc-table,inline-8bit-counters
-    target=VaultProtocol
-    for name in "${harnesses[@]}"; do [ "$name" = request-decode ] || target=VaultDaemon; done
-    swiftpm=(swift build -c release --scratch-path "$scratch" --sanitize=fuzzer --sanitize=address
-        --target "$target" -Xswiftc -enable-testing -Xswiftc "-sanitize-coverage=$coverage")
-    "${swiftpm[@]}"
-    bin=$("${swiftpm[@]}" --show-bin-path)
-
-    # The search paths and C module maps SwiftPM compiled the target with, from its manifest.
-    python3 - "$scratch/release.yaml" "$target" >"$scratch/harness.flags" <<'EOF'
+# The search paths and C module maps SwiftPM compiled TARGET with, from its
+# build MANIFEST, one argument per line.
+module_flags() {
+    python3 - "$1" "$2" <<'EOF'
 import json, sys
 args = None
 with open(sys.argv[1]) as manifest:
@@ -132,6 +124,38 @@ while i < len(args):
             print(args[i])
         i += 1
 EOF
+}
+
+# The package's strict settings (Package.swift), as for every target.
+strict=(-parse-as-library -swift-version 6 -warnings-as-errors
+    -enable-upcoming-feature ExistentialAny -enable-upcoming-feature MemberImportVisibility
+    -enable-upcoming-feature InternalImportsByDefault)
+
+if [ "$typecheck" = yes ]; then
+    # Every harness against the debug build (which SwiftPM makes testable),
+    # without the sanitizer build: a harness that no longer compiles fails
+    # here, in seconds, rather than when someone next fuzzes.
+    module_flags .build/debug.yaml VaultDaemon >.build/harness.flags
+    for name in "${harnesses[@]}"; do
+        swiftc -typecheck "${strict[@]}" -module-cache-path .build/ModuleCache @.build/harness.flags $(source_of "$name")
+        echo "fuzz.sh: $name type-checks"
+    done
+    exit 0
+fi
+
+if [ "$build" = yes ]; then
+    scripts/install-deps.sh
+    # What libFuzzer reads. swiftc adds it to a module only when it also links
+    # (as for a harness), so SwiftPM's compile steps must ask for it.
+    coverage=edge,trace-cmp,pc-table,inline-8bit-counters
+    target=VaultProtocol
+    for name in "${harnesses[@]}"; do [ "$name" = request-decode ] || target=VaultDaemon; done
+    swiftpm=(swift build -c release --scratch-path "$scratch" --sanitize=fuzzer --sanitize=address
+        --target "$target" -Xswiftc -enable-testing -Xswiftc "-sanitize-coverage=$coverage")
+    "${swiftpm[@]}"
+    bin=$("${swiftpm[@]}" --show-bin-path)
+
+    module_flags "$scratch/release.yaml" "$target" >"$scratch/harness.flags"
     # Every object file the build made that the manifest still names (an
     # object left behind by a file since moved or deleted would clash), in a
     # response file that quotes them: some names have spaces.
@@ -149,10 +173,7 @@ EOF
 
     for name in "${harnesses[@]}"; do
         echo "fuzz.sh: linking $scratch/fuzz-$name"
-        # The package's strict settings (Package.swift), as for every target.
-        swiftc -sanitize=fuzzer,address -parse-as-library -O -swift-version 6 -warnings-as-errors -use-ld=lld \
-            -enable-upcoming-feature ExistentialAny -enable-upcoming-feature MemberImportVisibility \
-            -enable-upcoming-feature InternalImportsByDefault \
+        swiftc -sanitize=fuzzer,address -O "${strict[@]}" -use-ld=lld \
             -module-cache-path "$scratch/ModuleCache" @"$scratch/harness.flags" \
             -o "$scratch/fuzz-$name" $(source_of "$name") @"$scratch/harness.objects"
     done

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Start a fresh Glewlwyd, run selftest.py against it, stop it; ROUNDS times.
 #
-#   Tests/Support/glewlwyd/selftest.sh [ROUNDS]     (default 2)
+#   demo/glewlwyd/selftest.sh [ROUNDS]     (default 2)
 #
 # Prints how long each start.sh took. Exit 0 only when every round passed.
 set -uo pipefail

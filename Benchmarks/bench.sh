@@ -4,9 +4,9 @@
 # floor, vaultd alone, scaling with accounts, start-up. Prints the tables of
 # BENCHMARKS.md.
 #
-#   scripts/bench.sh                     # build (release, static Swift runtime) and run
-#   scripts/bench.sh --no-build          # run what is built
-#   SCRATCH=.build-release scripts/bench.sh   # another build folder
+#   Benchmarks/bench.sh                     # build (release, static Swift runtime) and run
+#   Benchmarks/bench.sh --no-build          # run what is built
+#   SCRATCH=.build-release Benchmarks/bench.sh   # another build folder
 #
 # Needs cc and libsodium-dev (the C load client is compiled at run time),
 # glewlwyd for the side-by-side run, oidc-agent-cli for the peer's column.

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Crash safety of vaultd against a real, rotating OpenID provider.
 #
-#   scripts/crash-safety.sh [KILLS]          (default 300)
+#   Tests/Soak/crash-safety.sh [KILLS]          (default 300)
 #
-# Starts Glewlwyd on 127.0.0.1 (Tests/Support/glewlwyd/start.sh) with 2-second access
+# Starts Glewlwyd on 127.0.0.1 (demo/glewlwyd/start.sh) with 2-second access
 # tokens, signs ada in on its rotating confidential client (one-use refresh
 # tokens: every refresh spends the token and hands out its successor), runs
 # vaultd with the sealed-file backend in a temporary XDG tree, and keeps
@@ -37,14 +37,14 @@
 #   CRASH_SEED    seed for the kill moments (default: from the clock)
 #   CRASH_KEEP=1  keep the work folder (kept anyway on failure)
 #
-# Needs what Tests/Support/glewlwyd/start.sh needs, plus libsodium (already a build
+# Needs what demo/glewlwyd/start.sh needs, plus libsodium (already a build
 # dependency) for the independent check of the sealed file.
 set -uo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$HERE/.." && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
 # The test provider's tooling; crash-safety.py imports refresh-chain.py from it.
-export GLEWLWYD_SCRIPTS="$ROOT/Tests/Support/glewlwyd"
+export GLEWLWYD_SCRIPTS="$ROOT/demo/glewlwyd"
 
 KILLS="${1:-300}"
 [[ "$KILLS" =~ ^[0-9]+$ ]] && [ "$KILLS" -gt 0 ] || { echo "usage: $0 [KILLS]" >&2; exit 2; }

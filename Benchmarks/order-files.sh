@@ -4,9 +4,10 @@
 # to each other (see scripts/release.sh and Package.swift). Run it after
 # changes that add or rename much of the code on these paths; a stale list
 # only costs memory and start-up time, never correctness (a name the linker
-# does not find is skipped).
+# does not find is skipped), and dev/test.sh fails when a list no longer
+# names the code (dev/check-order-files.py, whose counts this writes too).
 #
-#   scripts/order-files.sh
+#   Benchmarks/order-files.sh
 #
 # It builds the release products, then runs them under callgrind (valgrind),
 # which sees every function that runs: vaultd through start-up, two password
@@ -26,7 +27,7 @@ cleanup() {
     status=$?
     [ -f "$work/vaultd.pid" ] && kill "$(cat "$work/vaultd.pid")" 2>/dev/null || true
     for issuer in glewlwyd glewlwyd-short; do
-        [ -d "$work/$issuer" ] && Tests/Support/glewlwyd/stop.sh "$work/$issuer" >/dev/null 2>&1 || true
+        [ -d "$work/$issuer" ] && demo/glewlwyd/stop.sh "$work/$issuer" >/dev/null 2>&1 || true
     done
     if [ "$status" = 0 ]; then rm -rf "$work"; else echo "order-files.sh: the profiles are in $work" >&2; fi
 }
@@ -39,8 +40,8 @@ for program in vaultd vaultctl; do
     strip --strip-debug "$work/$program"
 done
 
-issuer="$(Tests/Support/glewlwyd/start.sh "$work/glewlwyd")"
-short="$(GLEWLWYD_ACCESS_TOKEN_SECONDS=5 Tests/Support/glewlwyd/start.sh "$work/glewlwyd-short")"
+issuer="$(demo/glewlwyd/start.sh "$work/glewlwyd")"
+short="$(GLEWLWYD_ACCESS_TOKEN_SECONDS=5 demo/glewlwyd/start.sh "$work/glewlwyd-short")"
 socket="$work/vaultd.sock"
 
 # The client side of a profile: `drive setup` does what vaultbench does
@@ -278,3 +279,8 @@ for program, names in (("vaultd", vaultd), ("vaultctl", vaultctl)):
 PY
 # The build does not see these lists as inputs: relink with them next time.
 rm -f "$bin/vaultd" "$bin/vaultctl"
+# What dev/check-order-files.py compares with: how many of the lists' own
+# names a debug build never defines (the release build's specializations).
+swift build --product vaultd >&2
+swift build --product vaultctl >&2
+dev/check-order-files.py --record

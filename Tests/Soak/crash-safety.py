@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The checks and companions of scripts/crash-safety.sh, one subcommand each
-(python3 scripts/crash-safety.py NAME ARGS...). Never prints a token or a
+"""The checks and companions of Tests/Soak/crash-safety.sh, one subcommand each
+(python3 Tests/Soak/crash-safety.py NAME ARGS...). Never prints a token or a
 password."""
 import base64, ctypes, ctypes.util, hashlib, json, os, random, re, signal, socket, sqlite3, struct, sys, time
 
