@@ -100,8 +100,21 @@ let package = Package(
             swiftSettings: strict
         ),
         .target(
+            name: "VaultServer",
+            dependencies: [
+                "VaultProtocol",
+                "VaultCrypto",
+                "CVaultSystem",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+        .target(
             name: "VaultDaemon",
             dependencies: [
+                "VaultServer",
                 "VaultJSON",
                 "VaultOIDC",
                 "VaultProtocol",
@@ -127,6 +140,7 @@ let package = Package(
             dependencies: [
                 "VaultDaemon",
                 "VaultProtocol",
+                "VaultServer",
                 "VaultStore",
                 "CVaultSystem",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -182,6 +196,7 @@ let package = Package(
         .testTarget(
             name: "VaultDaemonTests",
             dependencies: [
+                "VaultServer",
                 "VaultJSON",
                 "VaultDaemon", "VaultStore", "VaultProtocol", "VaultClient", "VaultCrypto", "VaultOIDC",
                 "VaultTestIssuer",

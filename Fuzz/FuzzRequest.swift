@@ -47,6 +47,7 @@ import VaultCrypto
 import VaultDaemon
 import VaultOIDC
 import VaultProtocol
+import VaultServer
 import VaultStore
 
 @_cdecl("LLVMFuzzerTestOneInput")
@@ -154,7 +155,7 @@ final class Harness: @unchecked Sendable {
     private func vault() -> Dispatcher {
         if let dispatcher = self.dispatcher, !self.changed { return dispatcher }
         if self.template.isEmpty {
-            let broker = self.broker()
+            let broker = self.broker(EventHub())
             blocking { await Self.seed(broker) }
             for name in Self.files {
                 guard let bytes = try? FileSystem.read(self.path(name), limit: 1 << 20) else { fail("no \(name) to keep") }
@@ -169,13 +170,14 @@ final class Harness: @unchecked Sendable {
                 }
             }
         }
-        let dispatcher = Dispatcher(broker: self.broker(), clock: FixedClock(), logger: self.logger)
+        let events = EventHub()
+        let dispatcher = Daemon.dispatcher(broker: self.broker(events), events: events, clock: FixedClock(), logger: self.logger)
         self.dispatcher = dispatcher
         self.changed = false
         return dispatcher
     }
 
-    private func broker() -> Broker {
+    private func broker(_ events: EventHub) -> Broker {
         let broker: Broker
         do {
             let store = try SealedFileStore(path: self.path("vault.sealed"), keySource: .keyFile(self.path("vault.key")))
@@ -185,6 +187,7 @@ final class Harness: @unchecked Sendable {
                 keySource: .keyFile(self.path("vault.key")),
                 oidc: self.oidc,
                 clock: FixedClock(),
+                events: events,
                 logger: self.logger
             )
         } catch {

@@ -3,6 +3,7 @@ import VaultCrypto
 import VaultJSON
 import VaultOIDC
 public import VaultProtocol
+public import VaultServer
 import VaultStore
 
 /// Capped, jittered exponential backoff after the issuer could not be reached.

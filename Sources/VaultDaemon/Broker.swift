@@ -24,7 +24,7 @@ public actor Broker {
     /// Access tokens, readable from the event loops without this actor.
     public nonisolated let cache = TokenCache()
     /// Subscribers, told of sign-ins, refreshes and lost sessions.
-    public nonisolated let events: EventHub
+    public nonisolated let events: any EventSink
     /// The sign-in flows, which the broker ends when an account's secrets go.
     nonisolated let signInFlows = SignInFlowsLink()
     /// Every read and write of secrets, in the order the broker asked for them.
@@ -77,7 +77,7 @@ public actor Broker {
         keySource: KeySource?,
         oidc: OIDCClient,
         clock: any WallClock = SystemClock(),
-        events: EventHub = EventHub(),
+        events: any EventSink,
         logger: Logger
     ) throws(VaultError) {
         self.store = store

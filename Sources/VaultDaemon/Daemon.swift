@@ -4,12 +4,14 @@ import Synchronization
 import UnixSignals
 public import VaultOIDC
 import VaultProtocol
+public import VaultServer
 public import VaultStore
 
 /// The daemon, assembled in one place from one configuration: the stores and
-/// the choice of backend, the broker, the sign-in flows and shares (through
-/// the dispatcher), the socket server, and systemd's readiness, watchdog and
-/// idle exit.
+/// the choice of backend, the broker, the sign-in flows, the shares and the
+/// dispatcher, the socket server (VaultServer) and the event hub it and the
+/// broker share, and systemd's readiness, watchdog and idle exit. This is
+/// the one place the rooms are wired to each other.
 ///
 /// `init` opens the vault and starts the broker; `run`, as a
 /// swift-service-lifecycle `Service`, serves the socket until a graceful
@@ -140,7 +142,7 @@ public final class Daemon: Service, Sendable {
         try await broker.start()
         self.configuration = configuration
         self.broker = broker
-        self.dispatcher = Dispatcher(broker: broker, clock: configuration.clock, logger: logger)
+        self.dispatcher = Self.dispatcher(broker: broker, events: configuration.events, clock: configuration.clock, logger: logger)
         self.logger = logger
         self.backend = backends.store.backend
         self.lock = Mutex(lock)
@@ -153,7 +155,13 @@ public final class Daemon: Service, Sendable {
         defer { self.lock.withLock { $0 = nil } }
         let server: SocketServer
         do {
-            server = try await SocketServer.start(self.configuration.socket, dispatcher: self.dispatcher, logger: self.logger)
+            server = try await SocketServer.start(
+                self.configuration.socket,
+                handler: self.dispatcher,
+                events: self.configuration.events,
+                observer: self.broker.heapTrim,
+                logger: self.logger
+            )
         } catch {
             self.server.fail(error)
             throw error
@@ -184,6 +192,35 @@ public final class Daemon: Service, Sendable {
         }
         // As the process's exit would: what is still open ends with the daemon.
         server.closeConnections()
+    }
+
+    /// The dispatcher for `broker`, with the sign-in flows and the shares it
+    /// runs; a share's socket is a socket server that answers through the
+    /// same dispatcher, restricted to the share's grant.
+    public static func dispatcher(broker: Broker, events: EventHub, clock: any WallClock, logger: Logger) -> Dispatcher {
+        let signIns = SignIns(broker: broker, oidc: broker.oidc, events: events, clock: clock, logger: logger)
+        // The shares need the dispatcher they belong to, which needs them:
+        // the listener finds it here once it is made.
+        let made = Mutex<Dispatcher?>(nil)
+        let shares = Shares(
+            listen: { path, grant, maximumConnections in
+                guard let dispatcher = made.withLock({ $0 }) else { throw ServerError("vaultd is still starting") }
+                var configuration = SocketServer.Configuration(path: path)
+                configuration.maximumConnections = maximumConnections
+                return try await SocketServer.start(
+                    configuration,
+                    handler: dispatcher.restricted(to: grant),
+                    events: events,
+                    observer: broker.heapTrim,
+                    logger: logger
+                )
+            },
+            clock: clock,
+            logger: logger
+        )
+        let dispatcher = Dispatcher(broker: broker, signIns: signIns, shares: shares, clock: clock, logger: logger)
+        made.withLock { $0 = dispatcher }
+        return dispatcher
     }
 
     /// The socket server, once `run` listens.
@@ -271,6 +308,8 @@ public final class Daemon: Service, Sendable {
         return (primary, others, reason)
     }
 }
+
+extension SocketServer: ShareSocket {}
 
 /// Tells systemd's watchdog the daemon is alive, at half its interval.
 struct WatchdogService: Service {

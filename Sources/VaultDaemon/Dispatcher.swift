@@ -1,19 +1,11 @@
 public import Logging
 public import VaultProtocol
+public import VaultServer
 
-/// The protocol in one place: a decoded request and its peer in, a reply out.
-///
-/// A reply that needs no waiting is `.ready`, answered on the connection's
-/// event loop at once; everything else is `.pending` and runs as its own task,
-/// so one slow request never holds up the others on its connection.
-public struct Dispatcher: Sendable {
-    public enum Reply: Sendable {
-        case ready(Response)
-        case pending(@Sendable () async -> Response)
-        /// Answer, then send the broker's events for `accounts` (nil: all) on this connection.
-        case subscribe(Response, accounts: [String]?)
-    }
-
+/// The protocol in one place: a decoded request and its peer in, a reply
+/// out (the socket layer's `RequestHandler`). A cached token is answered at
+/// once, on the connection's event loop; everything else is `.pending`.
+public struct Dispatcher: RequestHandler {
     let broker: Broker
     public let signIns: SignIns
     public let shares: Shares
@@ -22,10 +14,10 @@ public struct Dispatcher: Sendable {
     /// Set on a share's socket: what it lets through.
     private(set) var grant: ShareGrant?
 
-    public init(broker: Broker, clock: any WallClock = SystemClock(), logger: Logger) {
+    public init(broker: Broker, signIns: SignIns, shares: Shares, clock: any WallClock = SystemClock(), logger: Logger) {
         self.broker = broker
-        self.signIns = SignIns(broker: broker, clock: clock, logger: logger)
-        self.shares = Shares(clock: clock, logger: logger)
+        self.signIns = signIns
+        self.shares = shares
         self.clock = clock
         self.logger = logger
     }
@@ -140,7 +132,7 @@ public struct Dispatcher: Sendable {
         case .shareOpen(let open):
             return self.later(id) { () throws(VaultError) in
                 let known = try await self.broker.configurations(open.accounts)
-                return try await self.shares.open(open, accounts: known, dispatcher: self)
+                return try await self.shares.open(open, accounts: known)
             }
         case .shareList:
             return self.later(id) { () throws(VaultError) in await self.shares.list() }

@@ -1,4 +1,5 @@
 import VaultProtocol
+import VaultServer
 
 /// What a door of the vault grants. The main socket is the user's own door
 /// and grants what the user asks; a share grants named accounts (by

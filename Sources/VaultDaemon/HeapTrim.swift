@@ -1,5 +1,6 @@
 import CVaultSystem
 import Synchronization
+import VaultServer
 
 /// Gives the C heap's free pages back to the system once a burst of work is
 /// over: `delay` after the last closed connection, refresh or account
@@ -13,7 +14,7 @@ import Synchronization
 /// background thread, holding the heap's locks, and the pages it returns
 /// are faulted in again by the next burst: so no trim runs while requests
 /// come, and each `soon()` only moves the time it is due.
-final class HeapTrim: Sendable {
+final class HeapTrim: ConnectionObserver {
     let delay: Duration
     /// When the pending trim is due; nil when none is pending.
     private let due = Mutex<ContinuousClock.Instant?>(nil)
@@ -35,6 +36,9 @@ final class HeapTrim: Sendable {
     /// Notes a read from a client: a trim that is due waits until `delay`
     /// passes without one. Once noted, a read only loads the flag: the event
     /// loops, on their cores, do not take its cache line from each other.
+    /// A connection closed: its buffers leave holes in the heap.
+    func closed() { self.soon() }
+
     func reading() {
         if !self.read.load(ordering: .relaxed) { self.read.store(true, ordering: .relaxed) }
     }

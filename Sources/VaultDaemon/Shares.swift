@@ -8,10 +8,15 @@ import VaultProtocol
 /// end at their ttl, on `share.close`, or when vaultd stops; an ending share
 /// removes its socket and closes its connections.
 public actor Shares {
+    /// Opens a share's socket at `path`, serving what `grant` lets through,
+    /// with at most `maximumConnections` open: the daemon wires it to the
+    /// socket server.
+    public typealias Listen = @Sendable (_ path: String, _ grant: ShareGrant, _ maximumConnections: Int) async throws -> any ShareSocket
+
     private struct Entry {
         let result: ShareResult
         let grant: ShareGrant
-        let server: SocketServer
+        let socket: any ShareSocket
         let expiry: Task<Void, Never>?
     }
 
@@ -21,17 +26,19 @@ public actor Shares {
     static let maximumConnections = 256
 
     private var entries: [String: Entry] = [:]
+    let listen: Listen
     let clock: any WallClock
     let logger: Logger
 
-    public init(clock: any WallClock = SystemClock(), logger: Logger) {
+    public init(listen: @escaping Listen, clock: any WallClock = SystemClock(), logger: Logger) {
+        self.listen = listen
         self.clock = clock
         self.logger = logger
     }
 
     public var isEmpty: Bool { self.entries.isEmpty }
 
-    func open(_ request: ShareOpen, accounts configurations: [AccountConfiguration], dispatcher: Dispatcher) async throws(VaultError) -> ShareResult {
+    func open(_ request: ShareOpen, accounts configurations: [AccountConfiguration]) async throws(VaultError) -> ShareResult {
         let socket = try SocketPath.normalized(request.socket)
         guard !self.entries.values.contains(where: { $0.result.socket == socket }) else {
             throw VaultError(.badRequest, "a share already serves \(socket); close it with: vaultctl unshare \(socket)")
@@ -47,11 +54,9 @@ public actor Shares {
         }
         let accounts = granted.keys.sorted()
         let grant = ShareGrant(id: id, accounts: granted, scopes: request.scopes)
-        var configuration = SocketServer.Configuration(path: socket)
-        configuration.maximumConnections = Self.maximumConnections
-        let server: SocketServer
+        let server: any ShareSocket
         do {
-            server = try await SocketServer.start(configuration, dispatcher: dispatcher.restricted(to: grant), logger: self.logger)
+            server = try await self.listen(socket, grant, Self.maximumConnections)
         } catch {
             throw VaultError(.badRequest, "cannot open the share's socket: \(error)")
         }
@@ -64,7 +69,7 @@ public actor Shares {
             }
         }
         let result = ShareResult(share: id, socket: socket, accounts: accounts, scopes: request.scopes, expiresAt: expiresAt)
-        self.entries[id] = Entry(result: result, grant: grant, server: server, expiry: expiry)
+        self.entries[id] = Entry(result: result, grant: grant, socket: server, expiry: expiry)
         self.logger.notice(
             "share opened",
             metadata: ["share": "\(id)", "socket": "\(socket)", "accounts": "\(accounts)", "ttl": "\(request.ttl.map(String.init) ?? "none")"]
@@ -105,10 +110,18 @@ public actor Shares {
     private func end(_ id: String, reason: String) async {
         guard let entry = self.entries.removeValue(forKey: id) else { return }
         entry.expiry?.cancel()
-        await entry.server.close()
-        entry.server.closeConnections()
+        await entry.socket.close()
+        entry.socket.closeConnections()
         self.logger.notice("share ended", metadata: ["share": "\(id)", "reason": "\(reason)"])
     }
+}
+
+/// A share's open socket, as `Shares` ends it.
+public protocol ShareSocket: Sendable {
+    /// Stops accepting and removes the socket file.
+    func close() async
+    /// Closes every connection it accepted.
+    func closeConnections()
 }
 
 /// A share's socket path as vaultd keeps and compares it: absolute, with no

@@ -1,6 +1,7 @@
 import Synchronization
 import VaultCrypto
 public import VaultProtocol
+import VaultServer
 
 /// Access tokens in memory, per account and scope set, readable without a
 /// hop to the broker: a cached token is answered on the connection's event

@@ -7,6 +7,7 @@ import NIOCore
 import Synchronization
 public import VaultDaemon
 import VaultProtocol
+import VaultServer
 import VaultStore
 
 @main

@@ -6,6 +6,7 @@ import VaultClient
 import VaultCrypto
 import VaultDaemon
 import VaultProtocol
+import VaultServer
 import VaultTestIssuer
 
 /// What a companion program sees: events as an AsyncSequence, and a token

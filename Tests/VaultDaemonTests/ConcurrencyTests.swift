@@ -5,6 +5,7 @@ import Testing
 import VaultCrypto
 import VaultDaemon
 import VaultProtocol
+import VaultServer
 import VaultStore
 import VaultTestIssuer
 

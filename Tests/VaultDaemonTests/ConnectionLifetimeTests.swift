@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import Testing
 import VaultDaemon
+import VaultServer
 import VaultTestIssuer
 
 /// What a connection's requests do once it closes.

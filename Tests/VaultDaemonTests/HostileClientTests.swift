@@ -6,6 +6,7 @@ import Testing
 import VaultCrypto
 import VaultDaemon
 import VaultProtocol
+import VaultServer
 import VaultTestIssuer
 
 /// Local clients that misbehave: each one gets nothing it should not, and
@@ -111,7 +112,7 @@ struct HostileClientTests {
             var configuration = SocketServer.Configuration(path: vault.folder + "/tight.sock")
             configuration.maximumHeldBytes = 1
             let logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
-            try await using(SocketServer.start(configuration, dispatcher: vault.dispatcher, logger: logger)) { server in
+            try await using(SocketServer.start(configuration, handler: vault.dispatcher, events: EventHub(), logger: logger)) { server in
                 let slow = try LineClient(path: configuration.path)
                 let line = Array(#"{"id":1,"op":"hello"}"#.utf8) + [0x0A]
                 let chunk = Array([[UInt8]](repeating: line, count: 4096).joined())

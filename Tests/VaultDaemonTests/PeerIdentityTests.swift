@@ -3,6 +3,7 @@ import Glibc
 import Testing
 @testable import VaultDaemon
 import VaultProtocol
+@testable import VaultServer
 import VaultTestIssuer
 
 /// What vaultd learns of a peer at accept, and how it writes it down.

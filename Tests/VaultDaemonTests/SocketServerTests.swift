@@ -3,6 +3,7 @@ import Glibc
 import NIOCore
 import Testing
 import VaultProtocol
+import VaultServer
 
 @Suite(.timeLimit(.minutes(1)))
 struct SocketServerTests {

@@ -8,6 +8,7 @@ import Testing
 import VaultDaemon
 import VaultOIDC
 import VaultProtocol
+import VaultServer
 import VaultStore
 import VaultTestIssuer
 

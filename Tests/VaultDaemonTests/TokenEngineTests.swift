@@ -4,6 +4,7 @@ import VaultCrypto
 import VaultDaemon
 import VaultJSON
 import VaultProtocol
+import VaultServer
 import VaultStore
 import VaultTestIssuer
 

@@ -6,6 +6,7 @@ import VaultDaemon
 import VaultJSON
 import VaultOIDC
 import VaultProtocol
+import VaultServer
 import VaultTestIssuer
 
 /// What vaultd trusts: ID tokens only once validated, loopback only by

@@ -1,6 +1,6 @@
 public import Logging
 import VaultCrypto
-import VaultOIDC
+public import VaultOIDC
 public import VaultProtocol
 
 /// The sign-in flows in progress, and everything that happens to a flow
@@ -32,7 +32,7 @@ public actor SignIns {
 
     let broker: any SignInBroker
     let oidc: OIDCClient
-    let events: EventHub
+    let events: any EventSink
     let clock: any WallClock
     let logger: Logger
     /// Written only in this file; the drivers read it and change a flow
@@ -42,10 +42,10 @@ public actor SignIns {
     /// `signin.wait` timers still running (one per waiting call at most).
     public private(set) var waitTimers = 0
 
-    public init(broker: Broker, clock: any WallClock = SystemClock(), logger: Logger) {
+    public init(broker: Broker, oidc: OIDCClient, events: any EventSink, clock: any WallClock = SystemClock(), logger: Logger) {
         self.broker = broker
-        self.oidc = broker.oidc
-        self.events = broker.events
+        self.oidc = oidc
+        self.events = events
         self.clock = clock
         self.logger = logger
         broker.signInFlows.attach(self)

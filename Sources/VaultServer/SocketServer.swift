@@ -5,7 +5,6 @@ import Glibc
 import CVaultSystem
 import Synchronization
 import VaultProtocol
-import VaultStore
 
 /// The Unix-socket face of the daemon: JSON lines in, JSON lines out.
 ///
@@ -39,7 +38,9 @@ public final class SocketServer: Sendable {
     /// Binds the socket and starts accepting; listening when it returns.
     public static func start(
         _ configuration: Configuration,
-        dispatcher: Dispatcher,
+        handler: any RequestHandler,
+        events: EventHub,
+        observer: (any ConnectionObserver)? = nil,
         group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger
     ) async throws -> SocketServer {
@@ -66,7 +67,9 @@ public final class SocketServer: Sendable {
                     owner: owner,
                     configuration: configuration,
                     connections: connections,
-                    dispatcher: dispatcher,
+                    handler: handler,
+                    events: events,
+                    observer: observer,
                     logger: logger
                 )
             }
@@ -152,7 +155,9 @@ public final class SocketServer: Sendable {
         owner: uid_t,
         configuration: Configuration,
         connections: ConnectionCount,
-        dispatcher: Dispatcher,
+        handler: any RequestHandler,
+        events: EventHub,
+        observer: (any ConnectionObserver)?,
         logger: Logger
     ) -> EventLoopFuture<Void> {
         guard let provider = channel as? any SocketOptionProvider else {
@@ -178,7 +183,9 @@ public final class SocketServer: Sendable {
             let admitted = connections.admit(limit: configuration.maximumConnections)
             let handler = ConnectionHandler(
                 peer: peer,
-                dispatcher: dispatcher,
+                handler: handler,
+                events: events,
+                observer: observer,
                 admitted: admitted,
                 connections: connections,
                 idleTimeout: configuration.idleTimeout,
@@ -276,7 +283,7 @@ enum SocketPreparation {
         guard path.utf8.count < 108 else {
             throw ServerError("the socket path \(path) is longer than the 107 bytes a Unix socket allows")
         }
-        let folder = FileSystem.directory(of: path)
+        let folder = PrivateFolder.parent(of: path)
         try PrivateFolder.check(folder.hasPrefix("/") ? folder : Self.currentDirectory() + "/" + folder, role: "the socket's folder")
         var info = stat()
         guard lstat(path, &info) == 0 else { return }

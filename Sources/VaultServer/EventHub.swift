@@ -8,7 +8,7 @@ public import VaultProtocol
 /// behind gets one final `overloaded` error line and is closed: it is never
 /// skipped silently, so a companion that misses an event knows it did and
 /// drops its copies.
-public final class EventHub: Sendable {
+public final class EventHub: EventSink {
     private final class Subscriber: Sendable {
         let channel: any Channel
         /// Nil: every account.

@@ -3,7 +3,7 @@ import Glibc
 /// The one rule for a folder whose contents vaultd trusts: the socket's, the
 /// shares', the state folder (the sealed vault, its key) and the config
 /// folder (accounts.json, which says where refresh tokens are sent).
-enum PrivateFolder {
+public enum PrivateFolder {
     /// Makes `folder` (0700) when it is missing, then checks it and every
     /// folder above it, as OpenSSH's `safe_path` checks the folders of its key
     /// files, all the way to `/`: each must be a folder, not a symbolic link
@@ -13,7 +13,7 @@ enum PrivateFolder {
     /// in it. Checked from the top down, so once a folder passes no other
     /// user can change what the checks below it see. `role` names the folder
     /// in errors ("the socket's folder").
-    static func check(_ folder: String, role: String) throws(ServerError) {
+    public static func check(_ folder: String, role: String) throws(ServerError) {
         guard folder.hasPrefix("/") else {
             throw ServerError("\(role) must be an absolute path")
         }
@@ -33,7 +33,7 @@ enum PrivateFolder {
 
     /// A file vaultd reads and trusts, in a folder that passed `check`: when
     /// it exists, a regular file of the user's that no one else may write.
-    static func checkFile(_ path: String) throws(ServerError) {
+    public static func checkFile(_ path: String) throws(ServerError) {
         var info = stat()
         guard lstat(path, &info) == 0 else { return }
         guard info.st_mode & S_IFMT == S_IFREG else {
@@ -75,5 +75,11 @@ enum PrivateFolder {
                 "\(path) is writable by its group or others (mode \(mode)), so another user could replace what \(role) holds; run: chmod go-w \(path)"
             )
         }
+    }
+
+    /// The folder `path` is in ("." for a bare name).
+    static func parent(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
     }
 }

@@ -4,7 +4,7 @@ import VaultCrypto
 import VaultProtocol
 
 /// One client connection: splits what it reads into lines, asks the
-/// dispatcher about each, writes the replies. Ready replies go out in order
+/// request handler about each, writes the replies. Ready replies go out in order
 /// and are flushed once per read burst; pending ones are written whenever
 /// they finish.
 ///
@@ -34,7 +34,9 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
     static let readBytes = 1024
 
     private let peer: Peer
-    private let dispatcher: Dispatcher
+    private let handler: any RequestHandler
+    private let events: EventHub
+    private let observer: (any ConnectionObserver)?
     private let admitted: Bool
     private let connections: ConnectionCount
     private let idleTimeout: TimeAmount
@@ -65,14 +67,18 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     init(
         peer: Peer,
-        dispatcher: Dispatcher,
+        handler: any RequestHandler,
+        events: EventHub,
+        observer: (any ConnectionObserver)?,
         admitted: Bool,
         connections: ConnectionCount,
         idleTimeout: TimeAmount,
         logger: Logger
     ) {
         self.peer = peer
-        self.dispatcher = dispatcher
+        self.handler = handler
+        self.events = events
+        self.observer = observer
         self.admitted = admitted
         self.connections = connections
         self.idleTimeout = idleTimeout
@@ -107,22 +113,22 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        if self.subscribed { self.dispatcher.broker.events.unsubscribe(context.channel) }
+        if self.subscribed { self.events.unsubscribe(context.channel) }
         for task in self.tasks.values { task.cancel() }
         self.tasks = [:]
         self.idleCheck?.cancel()
         self.inbound = nil
         self.countHeld()
         self.connections.release()
-        // The connection's buffers leave holes in the heap: give them back once connections stop closing.
-        self.dispatcher.broker.heapTrim.soon()
+        // The connection's buffers leave holes in the heap: the observer gives them back.
+        self.observer?.closed()
         self.logger.debug("connection closed")
         context.fireChannelInactive()
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard self.admitted else { return }
-        self.dispatcher.broker.heapTrim.reading()
+        self.observer?.reading()
         var bytes = self.unwrapInboundIn(data)
         if self.inbound == nil {
             self.inbound = bytes
@@ -177,14 +183,14 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
             defer { secureZero(UnsafeMutableRawBufferPointer(mutating: bytes)) }
             return LineCodec.request(from: bytes)
         }
-        switch self.dispatcher.handle(request, from: self.peer) {
+        switch self.handler.handle(request, from: self.peer) {
         case .ready(let response):
             self.send(response, context: context, flush: false)
             self.needsFlush = true
         case .subscribe(let response, let accounts):
             self.send(response, context: context, flush: true)
             self.subscribed = true
-            self.dispatcher.broker.events.subscribe(context.channel, accounts: accounts)
+            self.events.subscribe(context.channel, accounts: accounts)
         case .pending(let work):
             let channel = context.channel
             let connections = self.connections
