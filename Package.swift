@@ -73,6 +73,7 @@ let package = Package(
         .target(
             name: "VaultOIDC",
             dependencies: [
+                "VaultProtocol",
                 "VaultCrypto",
                 "VaultJSON",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),

@@ -5,7 +5,7 @@
 
 import FoundationEssentials
 import VaultJSON
-import VaultProtocol
+@testable import VaultProtocol
 
 /// Stops the process with a message libFuzzer reports as a crash.
 func fail(_ message: String) -> Never {
@@ -74,9 +74,16 @@ enum RequestLines {
         guard Self.meaning(request) == Self.meaning(LineCodec.codableRequest(from: line)) else {
             fail("the plain path read a line differently: \(String(decoding: line, as: UTF8.self).debugDescription)")
         }
-        guard case .success = request.command else { return }
+        guard case .success(let command) = request.command else { return }
         guard Self.encoded(request) == (try? Array(Self.encoder.encode(request))) else {
             fail("the plain path wrote a request differently")
+        }
+        // The plain path is taken where it claims to be: a token request it
+        // can write, it reads back itself, not through Codable.
+        if case .token = command, let line = request.plainLine() {
+            guard let read = line.withUnsafeBytes({ Request(plainToken: $0) }), Self.meaning(read) == Self.meaning(request) else {
+                fail("the plain path declined or misread its own line: \(String(decoding: line, as: UTF8.self))")
+            }
         }
     }
 

@@ -73,11 +73,10 @@ public final class VaultClient: Sendable {
         }
         var line: Data
         do {
-            line = try LineCodec.line(for: Request(id: .number(id), command: command))
+            line = try LineCodec.framed(Request(id: .number(id), command: command))
         } catch {
-            throw VaultError(.internalError, "could not encode the request")
+            throw VaultError.requestNotEncoded
         }
-        line.append(0x0A)
         defer { line.resetBytes(in: 0..<line.count) }
         do {
             return try await withCheckedThrowingContinuation { continuation in
@@ -89,13 +88,13 @@ public final class VaultClient: Sendable {
                 if let refused {
                     continuation.resume(throwing: refused)
                 } else if !self.write(line) {
-                    self.fail(id, VaultError(.unavailable, "lost the connection to vaultd"))
+                    self.fail(id, .connectionLost(nil))
                 }
             }
         } catch let error as VaultError {
             throw error
         } catch {
-            throw VaultError(.internalError, "\(type(of: error))")
+            throw VaultError.unexpected(error)
         }
     }
 
@@ -105,7 +104,7 @@ public final class VaultClient: Sendable {
         do {
             return try LineCodec.payload(P.self, of: reply)
         } catch {
-            throw VaultError(.internalError, "vaultd sent a reply this client cannot read")
+            throw VaultError.unreadableReply
         }
     }
 
@@ -151,7 +150,7 @@ public final class VaultClient: Sendable {
         }
         guard let key else {
             follower.ended()
-            throw VaultError(.unavailable, "vaultd closed the connection")
+            throw VaultError.closedByVaultd
         }
         do {
             _ = try await self.send(.subscribe(accounts: accounts))
@@ -189,7 +188,7 @@ public final class VaultClient: Sendable {
     }
 
     private func readLoop() {
-        var closed = VaultError(.unavailable, "vaultd closed the connection")
+        var closed = VaultError.closedByVaultd
         var pending: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 64 * 1024)
         while true {
@@ -202,7 +201,7 @@ public final class VaultClient: Sendable {
                 pending.removeSubrange(...newline)
             }
             if pending.count > Self.maximumLineBytes {
-                closed = VaultError(.internalError, "vaultd sent a line longer than \(Self.maximumLineBytes) bytes; the connection was closed")
+                closed = VaultError.lineTooLongFromVaultd(Self.maximumLineBytes)
                 shutdown(self.fd, Int32(SHUT_RDWR))
                 break
             }

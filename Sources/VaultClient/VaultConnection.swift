@@ -22,13 +22,13 @@ public final class VaultConnection {
     public init(path: String) throws(VaultError) {
         self.path = path
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw VaultError(.internalError, "cannot create a socket: \(Self.reason())") }
+        guard fd >= 0 else { throw VaultError.noSocket(Self.reason()) }
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let capacity = MemoryLayout.size(ofValue: address.sun_path)
         guard path.utf8.count < capacity else {
             close(fd)
-            throw VaultError(.badRequest, "the socket path \(path) is too long for a Unix socket")
+            throw VaultError.socketPathTooLong(path)
         }
         withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8)) }
         let status = withUnsafePointer(to: &address) {
@@ -41,14 +41,11 @@ public final class VaultConnection {
             close(fd)
             switch code {
             case ENOENT, ECONNREFUSED:
-                throw VaultError(
-                    .unavailable,
-                    "vaultd is not running (nothing listens on \(path)); start it with: systemctl --user start vaultd.socket"
-                )
+                throw VaultError.notRunning(path)
             case EACCES, EPERM:
-                throw VaultError(.forbidden, "no permission to open \(path); it belongs to another user: point VAULTCTL_SOCKET at your own vaultd's socket")
+                throw VaultError.socketNotYours(path)
             default:
-                throw VaultError(.unavailable, "cannot connect to \(path): \(String(cString: strerror(code))); see: systemctl --user status vaultd.socket vaultd")
+                throw VaultError.cannotConnect(path, String(cString: strerror(code)))
             }
         }
         do {
@@ -68,14 +65,11 @@ public final class VaultConnection {
         var credentials: (pid: Int32, uid: UInt32, gid: UInt32) = (0, 0, 0)
         var length = socklen_t(MemoryLayout.size(ofValue: credentials))
         guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 else {
-            throw VaultError(.unavailable, "cannot tell who serves \(path): \(Self.reason())")
+            throw VaultError.unknownServer(path, Self.reason())
         }
         let me = geteuid()
         guard credentials.uid == me else {
-            throw VaultError(
-                .forbidden,
-                "\(path) is served by uid \(credentials.uid), not by you (uid \(me)); nothing was sent to it. Check who made it, or use another socket"
-            )
+            throw VaultError.servedByAnotherUser(path, uid: credentials.uid, me: me)
         }
     }
 
@@ -97,11 +91,10 @@ public final class VaultConnection {
         self.nextID += 1
         var line: Data
         do {
-            line = try LineCodec.line(for: Request(id: id, command: command))
+            line = try LineCodec.framed(Request(id: id, command: command))
         } catch {
-            throw VaultError(.internalError, "could not encode the request")
+            throw VaultError.requestNotEncoded
         }
-        line.append(0x0A)
         defer { line.resetBytes(in: 0..<line.count) }
         try self.writeAll(line)
         while true {
@@ -110,7 +103,7 @@ public final class VaultConnection {
             do {
                 head = try LineCodec.head(of: reply)
             } catch {
-                throw VaultError(.internalError, "vaultd sent a reply this vaultctl cannot read; are both the same version? reinstall them together")
+                throw VaultError.unreadableReply
             }
             if head.event != nil { continue }
             if let error = head.error { throw error }
@@ -125,7 +118,7 @@ public final class VaultConnection {
         do {
             return try LineCodec.payload(P.self, of: reply)
         } catch {
-            throw VaultError(.internalError, "vaultd sent a reply this vaultctl cannot read; are both the same version? reinstall them together")
+            throw VaultError.unreadableReply
         }
     }
 
@@ -135,7 +128,7 @@ public final class VaultConnection {
             let n = data.withUnsafeBytes { Glibc.send(self.fd, $0.baseAddress?.advanced(by: offset), $0.count - offset, Int32(MSG_NOSIGNAL)) }
             if n < 0 {
                 if errno == EINTR { continue }
-                throw VaultError(.unavailable, "vaultd closed the connection: \(Self.reason()); see its log: journalctl --user -u vaultd")
+                throw VaultError.closedWhileSending(Self.reason())
             }
             offset += n
         }
@@ -149,7 +142,7 @@ public final class VaultConnection {
                 return line
             }
             guard self.buffer.count <= Self.maximumReplyBytes else {
-                throw VaultError(.internalError, "vaultd sent a reply longer than \(Self.maximumReplyBytes) bytes")
+                throw VaultError.lineTooLongFromVaultd(Self.maximumReplyBytes)
             }
             var n = 0
             // Not zeroed first: recv writes what it returns, and a fresh
@@ -160,9 +153,9 @@ public final class VaultConnection {
             }
             if n < 0 {
                 if errno == EINTR { continue }
-                throw VaultError(.unavailable, "lost the connection to vaultd: \(Self.reason()); see its log: journalctl --user -u vaultd")
+                throw VaultError.connectionLost(Self.reason())
             }
-            if n == 0 { throw VaultError(.unavailable, "vaultd closed the connection before answering; see its log: journalctl --user -u vaultd") }
+            if n == 0 { throw VaultError.closedBeforeAnswering }
             self.buffer.append(contentsOf: chunk)
         }
     }

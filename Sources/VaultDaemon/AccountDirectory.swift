@@ -43,24 +43,22 @@ public struct AccountDirectory: Sendable {
         do {
             let file = try JSONDecoder().decode(File.self, from: Data(bytes))
             guard file.version == 1 else {
-                throw VaultError(.internalError, "\(self.path) has version \(file.version); this vaultd reads version 1")
+                throw VaultError.accountsFileVersion(self.path, file.version)
             }
             return file
         } catch let error as VaultError {
             throw error
         } catch {
-            throw VaultError(.internalError, "\(self.path) is not valid account configuration; fix or move it")
+            throw VaultError.accountsFileInvalid(self.path)
         }
     }
 
     public func save(_ accounts: [AccountConfiguration], backend: Backend) async throws(VaultError) {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         let bytes: [UInt8]
         do {
-            bytes = Array(try encoder.encode(File(backend: backend.rawValue, accounts: accounts.sorted { $0.name < $1.name })))
+            bytes = Array(try LineCodec.json(File(backend: backend.rawValue, accounts: accounts.sorted { $0.name < $1.name }), pretty: true))
         } catch {
-            throw VaultError(.internalError, "could not encode the account configuration")
+            throw VaultError.accountsNotEncoded
         }
         let path = self.path
         let failure: StoreError?
@@ -75,7 +73,7 @@ public struct AccountDirectory: Sendable {
                 }
             }
         } catch {
-            throw VaultError(.internalError, "the I/O thread pool has stopped")
+            throw VaultError.ioStopped
         }
         if let failure { throw VaultError(failure) }
     }

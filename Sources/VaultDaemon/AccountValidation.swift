@@ -11,11 +11,11 @@ enum AccountValidation {
             try Self.validate(c)
             if let identity = c.identity {
                 guard identity.utf8.count <= 64, identity.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
-                    throw VaultError(.badRequest, "an account's 'identity' is at most 64 printable characters")
+                    throw VaultError.invalidIdentity
                 }
             }
         } catch {
-            throw VaultError(.internalError, "\(file) holds an account vaultd refuses: \(error.message); fix or remove it, then start vaultd again")
+            throw VaultError.refusedLoadedAccount(file, error)
         }
     }
 
@@ -26,29 +26,26 @@ enum AccountValidation {
 
     static func validate(_ c: AccountConfiguration) throws(VaultError) {
         guard Self.isValidName(c.name) else {
-            throw VaultError(
-                .badRequest,
-                "an account name is 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit"
-            )
+            throw VaultError.invalidAccountName
         }
         try Self.validateIssuer(c.issuer)
         guard !c.clientID.isEmpty, c.clientID.utf8.count <= 512 else {
-            throw VaultError(.badRequest, "'client_id' must be a non-empty string")
+            throw VaultError.invalidClientID
         }
         guard c.scopes.allSatisfy({ !$0.isEmpty && !$0.contains(" ") && $0.utf8.count <= 256 }) else {
-            throw VaultError(.badRequest, "each scope is one non-empty word without spaces")
+            throw VaultError.invalidScopes
         }
         guard c.allowedClients.allSatisfy({ $0.hasPrefix("/") }) else {
-            throw VaultError(.badRequest, "'allowed_clients' lists absolute executable paths")
+            throw VaultError.invalidAllowedClients
         }
         guard (10...100).contains(c.refreshAhead) else {
-            throw VaultError(.badRequest, "'refresh_ahead' is a percentage of a token's lifetime from 10 to 100 (100: refresh only at expiry)")
+            throw VaultError.invalidRefreshAhead
         }
         if let redirect = c.redirectURI {
             guard let url = URL(string: redirect), url.scheme == "http", let host = url.host, Loopback.isAddress(host),
                 url.port != nil
             else {
-                throw VaultError(.badRequest, "'redirect_uri' must be a loopback URI with a port, like http://127.0.0.1:8400/callback or http://[::1]:8400/callback")
+                throw VaultError.invalidRedirectURI
             }
         }
     }
@@ -64,10 +61,10 @@ enum AccountValidation {
         guard let url = URL(string: issuer), let scheme = url.scheme, let host = url.host, !host.isEmpty,
             url.query == nil, url.fragment == nil
         else {
-            throw VaultError(.badRequest, "'issuer' must be an absolute URL without query or fragment")
+            throw VaultError.invalidIssuerURL
         }
         guard scheme == "https" || (scheme == "http" && Loopback.isAddress(host)) else {
-            throw VaultError(.badRequest, "'issuer' must use https (plain http only on 127.0.0.1 or [::1]; not localhost, a name another local user may answer for)")
+            throw VaultError.insecureIssuer
         }
     }
 

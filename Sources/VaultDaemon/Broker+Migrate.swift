@@ -13,10 +13,7 @@ extension Broker {
             return MigrationResult(from: name, to: name, moved: [])
         }
         guard let index = self.alsoWipe.firstIndex(where: { $0.backend == name }) else {
-            throw VaultError(
-                .badRequest,
-                "the \(name) backend is not available to this vaultd\(name == .keyring ? "; run it in a desktop session with a Secret Service" : "")"
-            )
+            throw VaultError.backendUnavailable(name)
         }
         let target = self.alsoWipe[index]
         try self.requireUnlocked()
@@ -35,7 +32,7 @@ extension Broker {
     private func move(from source: any SecretStore, to target: any SecretStore, backendIndex index: Int) async -> Result<[String], VaultError> {
         let name = target.backend.rawValue
         guard self.store.backend == source.backend else {
-            return .failure(VaultError(.badRequest, "another migration moved the secrets to \(self.store.backend.rawValue) meanwhile"))
+            return .failure(VaultError.migratedMeanwhile(to: self.store.backend))
         }
         var moved: [String] = []
         for account in self.accounts.keys.sorted() {
@@ -49,13 +46,7 @@ extension Broker {
                 _ = try await source.remove(account)
             } catch {
                 self.logger.error("migration stopped", metadata: ["account": "\(account)", "reason": "\(error.message)"])
-                return .failure(
-                    VaultError(
-                        .internalError,
-                        "migration stopped at '\(account)' (\(error.message)); accounts before it are in \(name), the rest are still in \(source.backend.rawValue); "
-                            + "once the cause is fixed, run the same vaultctl migrate again"
-                    )
-                )
+                return .failure(VaultError.migrationStopped(at: account, error, to: target.backend, from: source.backend))
             }
             moved.append(account)
         }

@@ -90,11 +90,7 @@ extension Broker: SignInBroker {
             throw self.fenced(name, rotated: response.refreshToken, client: client, metadata: metadata)
         }
         guard let refreshToken = response.refreshToken else {
-            throw VaultError(
-                .idpError,
-                "the issuer of '\(name)' sent no refresh token; add the offline_access scope to the account",
-                error: "no_refresh_token"
-            )
+            throw VaultError.noRefreshToken(name)
         }
         let now = self.clock.now()
         var claims: StoredClaims?

@@ -38,7 +38,7 @@ extension Broker {
         let wipe = try await self.wipe(name)
         let receipt = await self.revoke(wipe)
         if !wipe.failures.isEmpty {
-            throw VaultError(.internalError, "'\(name)' is signed out, but \(wipe.failures.joined(separator: "; "))")
+            throw VaultError.signedOutNotWiped(name, wipe.failures)
         }
         return (receipt, wipe.notified)
     }

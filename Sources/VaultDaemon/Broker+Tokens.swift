@@ -62,7 +62,7 @@ extension Broker {
         // A caller whose connection closed stops waiting; the refresh runs on for the others.
         let outcome = await refresh.valueUnlessCancelled()
         self.accounts[name]?.waiting -= 1
-        guard let outcome else { throw VaultError(.internalError, "the request was cancelled: its connection closed") }
+        guard let outcome else { throw VaultError.cancelled }
         let later = self.clock.now()
         switch outcome {
         case .success(let token):
@@ -167,7 +167,7 @@ extension Broker {
         do {
             released = try refreshToken.withUnsafeBytes { bytes throws(SodiumError) in try SecretBytes(copying: bytes) }
         } catch {
-            throw VaultError(.internalError, "could not allocate guarded memory for the refresh token")
+            throw VaultError.outOfGuardedMemory
         }
         return RefreshTokenResult(refreshToken: released)
     }
@@ -178,7 +178,7 @@ extension Broker {
         try Self.checkAdmitted(account.configuration, identity)
         try self.checkSignedIn(name)
         guard let claims = account.claims?.value else {
-            throw VaultError(.notSignedIn, "the issuer has sent no ID token for '\(name)' yet; ask for a token first")
+            throw VaultError.noIDTokenYet(name)
         }
         return ClaimsResult(claims: claims)
     }

@@ -147,8 +147,7 @@ public actor Broker {
         await self.saveUnsaved()
         var reason = self.backendReason
         if let unreachable = self.keyringUnreachable {
-            reason = (reason.map { $0 + "; " } ?? "") + "but the keyring cannot be reached: \(unreachable) "
-                + "(log in to the desktop session, then run: vaultctl unlock --no-passphrase)"
+            reason = (reason.map { $0 + "; " } ?? "") + "but the keyring cannot be reached: \(unreachable) (\(VaultError.keyringRemedy))"
         }
         return StatusResult(
             backend: self.store.backend,
@@ -217,10 +216,7 @@ public actor Broker {
         configuration.identity = AccountValidation.newIdentity()
         let name = configuration.name
         guard self.accounts[name] == nil else {
-            throw VaultError(
-                .badRequest,
-                "an account named '\(name)' exists; remove it first with: vaultctl account remove \(name)"
-            )
+            throw VaultError.accountExists(name)
         }
         let secrets = AccountSecrets(refreshToken: addition.refreshToken, clientSecret: addition.clientSecret)
         if !secrets.isEmpty { try self.requireUnlocked() }

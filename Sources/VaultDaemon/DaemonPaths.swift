@@ -18,7 +18,7 @@ public struct DaemonPaths: Sendable, Hashable {
         func base(_ variable: String, _ fallback: String) throws(VaultError) -> String {
             if let value = TokenVault.environment(variable), value.hasPrefix("/") { return value }
             guard let home = TokenVault.environment("HOME") else {
-                throw VaultError(.badRequest, "neither \(variable) nor HOME is set")
+                throw VaultError.noHome(variable)
             }
             return home + "/" + fallback
         }

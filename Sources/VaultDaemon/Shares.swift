@@ -41,10 +41,10 @@ public actor Shares {
     func open(_ request: ShareOpen, accounts configurations: [AccountConfiguration]) async throws(VaultError) -> ShareResult {
         let socket = try SocketPath.normalized(request.socket)
         guard !self.entries.values.contains(where: { $0.result.socket == socket }) else {
-            throw VaultError(.badRequest, "a share already serves \(socket); close it with: vaultctl unshare \(socket)")
+            throw VaultError.shareExists(socket)
         }
         guard self.entries.count < Self.maximumShares else {
-            throw VaultError(.overloaded, "vaultd serves \(Self.maximumShares) shares already; close one with: vaultctl unshare ID")
+            throw VaultError.tooManyShares(Self.maximumShares)
         }
         let id = randomID("s-", bytes: 6)
         var granted: [String: ShareGrant.Account] = [:]
@@ -58,7 +58,7 @@ public actor Shares {
         do {
             server = try await self.listen(socket, grant, Self.maximumConnections)
         } catch {
-            throw VaultError(.badRequest, "cannot open the share's socket: \(error)")
+            throw VaultError.shareNotOpened(error)
         }
         let expiresAt = request.ttl.map { Seconds.int64(self.clock.now()) + Int64($0) }
         let expiry = request.ttl.map { ttl in
@@ -90,7 +90,7 @@ public actor Shares {
             id = self.entries.first { $0.value.result.socket == path }?.key
         }
         guard let id else {
-            throw VaultError(.badRequest, "there is no such share; see: vaultctl share --list")
+            throw VaultError.noSuchShare
         }
         await self.end(id, reason: "closed")
         return EmptyResult()
@@ -130,11 +130,11 @@ enum SocketPath {
     static func normalized(_ path: String) throws(VaultError) -> String {
         // The message names no path vaultd made up: its working directory is not the client's business.
         guard path.hasPrefix("/") else {
-            throw VaultError(.badRequest, "'socket' must be an absolute path, like $XDG_RUNTIME_DIR/tokenvault/share.sock")
+            throw VaultError.relativeSharePath
         }
         let parts = path.split(separator: "/", omittingEmptySubsequences: true)
         guard !parts.isEmpty, !parts.contains(where: { $0 == "." || $0 == ".." }) else {
-            throw VaultError(.badRequest, "'socket' must name a socket file without '.' or '..' in its path")
+            throw VaultError.dottedSharePath
         }
         return "/" + parts.joined(separator: "/")
     }

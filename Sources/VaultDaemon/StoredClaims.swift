@@ -2,6 +2,7 @@ import FoundationEssentials
 import VaultCrypto
 import VaultJSON
 import VaultOIDC
+import VaultProtocol
 
 /// An account's validated ID-token claims, kept as the JSON text the issuer
 /// signed and parsed again only for `claims`: parsed, a dictionary of a
@@ -14,7 +15,7 @@ struct StoredClaims: Sendable {
 
     /// Claims just validated (`value`) from `idToken`.
     init(_ value: JSONValue, of idToken: SecretBytes) {
-        self.json = IDTokenReader.claimsJSON(of: idToken.unsafeString()) ?? (try? Array(JSONEncoder().encode(value))) ?? []
+        self.json = IDTokenReader.claimsJSON(of: idToken.unsafeString()) ?? (try? Array(LineCodec.json(value))) ?? []
         self.username = Self.username(in: value)
     }
 

@@ -12,14 +12,13 @@ extension VaultError {
     /// A passphrase vault before `unlock`, or any vault after `lock`.
     static let vaultLocked = VaultError(.locked, "the vault is locked; unlock it with: vaultctl unlock")
 
+    /// What to do when the keyring cannot be reached, here and in `status`.
+    static let keyringRemedy = "log in to the desktop session, then run: vaultctl unlock --no-passphrase"
+
     /// Still `locked`, as the remedy is the same: make the secrets reachable,
     /// then unlock.
     static func keyringUnreachable(_ reason: String) -> VaultError {
-        VaultError(
-            .locked,
-            "the secrets are in the desktop keyring, which vaultd cannot reach (\(reason)); "
-                + "log in to the desktop session, then run: vaultctl unlock --no-passphrase"
-        )
+        VaultError(.locked, "the secrets are in the desktop keyring, which vaultd cannot reach (\(reason)); \(Self.keyringRemedy)")
     }
 
     static func unknownAccount(_ name: String) -> VaultError {
@@ -100,6 +99,115 @@ extension VaultError {
             + "chance, but writing it failed: " + wire.message
         return wire
     }
+
+    static let cancelled = VaultError(.internalError, "the request was cancelled: its connection closed")
+
+    static let outOfGuardedMemory = VaultError(.internalError, "could not allocate guarded memory for the refresh token")
+
+    static func noIDTokenYet(_ name: String) -> VaultError {
+        VaultError(.notSignedIn, "the issuer has sent no ID token for '\(name)' yet; ask for a token first")
+    }
+
+    static func noRefreshToken(_ name: String) -> VaultError {
+        VaultError(
+            .idpError,
+            "the issuer of '\(name)' sent no refresh token; add the offline_access scope to the account",
+            error: "no_refresh_token"
+        )
+    }
+
+    static func signedOutNotWiped(_ name: String, _ failures: [String]) -> VaultError {
+        VaultError(.internalError, "'\(name)' is signed out, but \(failures.joined(separator: "; "))")
+    }
+
+    // MARK: Accounts and their configuration (AccountValidation, AccountDirectory)
+
+    static func accountExists(_ name: String) -> VaultError {
+        VaultError(.badRequest, "an account named '\(name)' exists; remove it first with: vaultctl account remove \(name)")
+    }
+
+    static let invalidIdentity = VaultError(.badRequest, "an account's 'identity' is at most 64 printable characters")
+    static let invalidAccountName = VaultError(
+        .badRequest,
+        "an account name is 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+    )
+    static let invalidClientID = VaultError(.badRequest, "'client_id' must be a non-empty string")
+    static let invalidScopes = VaultError(.badRequest, "each scope is one non-empty word without spaces")
+    static let invalidAllowedClients = VaultError(.badRequest, "'allowed_clients' lists absolute executable paths")
+    static let invalidRefreshAhead = VaultError(
+        .badRequest,
+        "'refresh_ahead' is a percentage of a token's lifetime from 10 to 100 (100: refresh only at expiry)"
+    )
+    static let invalidRedirectURI = VaultError(
+        .badRequest,
+        "'redirect_uri' must be a loopback URI with a port, like http://127.0.0.1:8400/callback or http://[::1]:8400/callback"
+    )
+    static let invalidIssuerURL = VaultError(.badRequest, "'issuer' must be an absolute URL without query or fragment")
+    static let insecureIssuer = VaultError(
+        .badRequest,
+        "'issuer' must use https (plain http only on 127.0.0.1 or [::1]; not localhost, a name another local user may answer for)"
+    )
+
+    /// An account in accounts.json that account.add would refuse: what a neighbour may have written.
+    static func refusedLoadedAccount(_ file: String, _ error: VaultError) -> VaultError {
+        VaultError(.internalError, "\(file) holds an account vaultd refuses: \(error.message); fix or remove it, then start vaultd again")
+    }
+
+    static func accountsFileVersion(_ path: String, _ version: Int) -> VaultError {
+        VaultError(.internalError, "\(path) has version \(version); this vaultd reads version 1")
+    }
+
+    static func accountsFileInvalid(_ path: String) -> VaultError {
+        VaultError(.internalError, "\(path) is not valid account configuration; fix or move it")
+    }
+
+    static let accountsNotEncoded = VaultError(.internalError, "could not encode the account configuration")
+    static let ioStopped = VaultError(.internalError, "the I/O thread pool has stopped")
+
+    static func noHome(_ variable: String) -> VaultError {
+        VaultError(.badRequest, "neither \(variable) nor HOME is set")
+    }
+
+    // MARK: Migration
+
+    static func backendUnavailable(_ backend: Backend) -> VaultError {
+        VaultError(
+            .badRequest,
+            "the \(backend) backend is not available to this vaultd\(backend == .keyring ? "; run it in a desktop session with a Secret Service" : "")"
+        )
+    }
+
+    static func migratedMeanwhile(to backend: Backend) -> VaultError {
+        VaultError(.badRequest, "another migration moved the secrets to \(backend.rawValue) meanwhile")
+    }
+
+    static func migrationStopped(at account: String, _ error: StoreError, to target: Backend, from source: Backend) -> VaultError {
+        VaultError(
+            .internalError,
+            "migration stopped at '\(account)' (\(error.message)); accounts before it are in \(target.rawValue), the rest are still in \(source.rawValue); "
+                + "once the cause is fixed, run the same vaultctl migrate again"
+        )
+    }
+
+    // MARK: Shares
+
+    static func shareExists(_ socket: String) -> VaultError {
+        VaultError(.badRequest, "a share already serves \(socket); close it with: vaultctl unshare \(socket)")
+    }
+
+    static func tooManyShares(_ maximum: Int) -> VaultError {
+        VaultError(.overloaded, "vaultd serves \(maximum) shares already; close one with: vaultctl unshare ID")
+    }
+
+    static func shareNotOpened(_ error: any Error) -> VaultError {
+        VaultError(.badRequest, "cannot open the share's socket: \(error)")
+    }
+
+    static let noSuchShare = VaultError(.badRequest, "there is no such share; see: vaultctl share --list")
+
+    /// The message names no path vaultd made up: its working directory is not the client's business.
+    static let relativeSharePath = VaultError(.badRequest, "'socket' must be an absolute path, like $XDG_RUNTIME_DIR/tokenvault/share.sock")
+    static let dottedSharePath = VaultError(.badRequest, "'socket' must name a socket file without '.' or '..' in its path")
 
     /// A store's failure, with what to do about it.
     init(_ error: StoreError) {

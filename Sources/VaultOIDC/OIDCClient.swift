@@ -6,6 +6,7 @@ public import NIOCore
 import NIOHTTP1
 public import VaultCrypto
 public import VaultJSON
+import VaultProtocol
 
 /// The identity-provider client: discovery, the refresh grant, userinfo and
 /// ID-token validation. Knows nothing of sockets or accounts.

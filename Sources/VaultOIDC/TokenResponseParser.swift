@@ -1,6 +1,7 @@
 import FoundationEssentials
 import VaultCrypto
 import VaultJSON
+import VaultProtocol
 
 /// Reads token-endpoint answers as they come in the wild: `bearer` in any
 /// case, `expires_in` as a number or a string or missing, extra fields, and
@@ -102,8 +103,9 @@ enum TokenResponseParser {
         )
     }
 
-    /// Issuer text goes to clients and logs: printable, bounded.
+    /// Issuer text goes to clients and logs: its control characters
+    /// escaped (the one escaper, for a terminal), and at most 200 characters.
     static func clean(_ text: String) -> String {
-        String(String.UnicodeScalarView(text.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F }).prefix(200))
+        String(text.escaped(for: .terminal).prefix(200))
     }
 }

@@ -6,13 +6,24 @@ import VaultJSON
 /// that is not a request becomes a request that fails with `bad_request`.
 public enum LineCodec {
     private static let decoder = JSONDecoder()
-    private static let encoder: JSONEncoder = {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return encoder
-    }()
+    /// The one way tokenvault writes JSON: keys sorted, slashes as they are;
+    /// `pretty` for a file a person reads (accounts.json).
+    private static let encoder = Self.encoder(pretty: false)
+    private static let prettyEncoder = Self.encoder(pretty: true)
 
-    public static let notARequest = VaultError(.badRequest, "a request is one JSON object per line")
+    private static func encoder(pretty: Bool) -> JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = pretty ? [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes] : [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }
+
+    /// `value` as tokenvault writes JSON everywhere (the wire, accounts.json,
+    /// vaultctl's output).
+    public static func json(_ value: some Encodable, pretty: Bool = false) throws -> Data {
+        try (pretty ? Self.prettyEncoder : Self.encoder).encode(value)
+    }
+
+    public static let notARequest = VaultError.notARequest
 
     public static func request(from line: some Collection<UInt8>) -> Request {
         if let request = line.withContiguousStorageIfAvailable({ Request(plainToken: UnsafeRawBufferPointer($0)) }) ?? nil {
@@ -27,7 +38,7 @@ public enum LineCodec {
         // JSONDecoder lets invalid UTF-8 through in fields it skips; the
         // protocol is UTF-8, so the whole line is checked first.
         guard Self.isValidUTF8(line) else {
-            return Request(id: nil, failure: VaultError(.badRequest, "a request line must be valid UTF-8"))
+            return Request(id: nil, failure: .notUTF8)
         }
         // The line may carry a secret: its copy here is wiped once decoded,
         // and its secret fields go straight into guarded memory before
@@ -38,9 +49,9 @@ public enum LineCodec {
         do {
             secrets = try SecretFields.take(Request.secretKeys, from: &bytes)
         } catch .duplicate(let name) {
-            return Request(id: nil, failure: VaultError(.badRequest, "a request names '\(name)' once, not twice"))
+            return Request(id: nil, failure: .namedTwice(name))
         } catch .outOfMemory {
-            return Request(id: nil, failure: VaultError(.internalError, "vaultd is out of guarded memory"))
+            return Request(id: nil, failure: .requestOutOfMemory)
         } catch {
             return Request(id: nil, failure: Self.notARequest)
         }
@@ -77,7 +88,7 @@ public enum LineCodec {
         do {
             return try Self.encoder.encode(response)
         } catch {
-            let fallback = Response(id: response.id, error: VaultError(.internalError, "vaultd could not encode its reply"))
+            let fallback = Response(id: response.id, error: .replyNotEncoded)
             return (try? Self.encoder.encode(fallback)) ?? Data(#"{"id":null,"ok":false}"#.utf8)
         }
     }
@@ -94,6 +105,13 @@ public enum LineCodec {
     public static func line(for request: Request) throws -> Data {
         if let line = request.plainLine() { return line }
         return try Self.encoder.encode(request)
+    }
+
+    /// `request` as a client sends it: its line and the newline that ends it.
+    public static func framed(_ request: Request) throws -> Data {
+        var line = try Self.line(for: request)
+        line.append(0x0A)
+        return line
     }
 
     public static func head(of line: Data) throws -> ResponseHead {

@@ -232,7 +232,7 @@ extension Request {
         // What the Codable path would refuse, it refuses with its own words.
         guard plain, isToken, let account else { return nil }
         if let scopes, scopes.isEmpty || scopes.contains(where: { $0.isEmpty || $0.contains(" ") }) { return nil }
-        if let minTTL, !(0...86_400).contains(minTTL) { return nil }
+        if let minTTL, !TokenRequest.minTTLRange.contains(minTTL) { return nil }
         self.init(
             id: id,
             command: .token(

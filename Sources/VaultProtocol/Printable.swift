@@ -1,21 +1,68 @@
+/// Where escaped text goes.
+public enum EscapeMode: Sendable {
+    /// A terminal (vaultctl's output): every control character (C0, DEL
+    /// and C1: ESC, CSI, newline, carriage return, backspace, ...) becomes
+    /// a visible escape, `\n`, `\r`, `\t` or `\u{1B}`, so text from an
+    /// issuer, a peer or a file cannot move the cursor, rewrite a terminal
+    /// or forge a line of its own. Everything else, backslashes included,
+    /// stays as it is.
+    case terminal
+    /// One field of a log line (a value a peer chose: executable paths,
+    /// cgroup names): as for a terminal, and the backslash, the space and
+    /// U+2028/U+2029 too (`\\`, `\x20`, `\u2028`), so a value stays one
+    /// field of one line whatever its author put in it.
+    case log
+}
+
 extension String {
-    /// The string with every control character (C0, DEL and C1: ESC, CSI,
-    /// newline, carriage return, backspace, ...) written as a visible escape,
-    /// `\n`, `\r`, `\t` or `\u{1B}`, so text from an issuer, a peer or a file
-    /// cannot move the cursor, rewrite a terminal or forge a line of its own.
-    /// Everything else, backslashes included, stays as it is.
-    public var escapingControlCharacters: String {
-        guard self.unicodeScalars.contains(where: \.isControl) else { return self }
+    /// The one escaper: this string made safe for `mode`.
+    public func escaped(for mode: EscapeMode) -> String {
+        let needs = { (scalar: Unicode.Scalar) -> Bool in
+            if scalar.isControl { return true }
+            guard mode == .log else { return false }
+            switch scalar.value {
+            case 0x5C, 0x20, 0x2028, 0x2029: return true
+            default: return false
+            }
+        }
+        guard self.unicodeScalars.contains(where: needs) else { return self }
         var escaped = ""
         escaped.reserveCapacity(self.utf8.count + 8)
         for scalar in self.unicodeScalars {
+            guard needs(scalar) else {
+                escaped.unicodeScalars.append(scalar)
+                continue
+            }
             switch scalar {
             case "\n": escaped += "\\n"
             case "\r": escaped += "\\r"
             case "\t": escaped += "\\t"
-            case _ where scalar.isControl:
-                escaped += "\\u{" + String(scalar.value, radix: 16, uppercase: true) + "}"
-            default: escaped.unicodeScalars.append(scalar)
+            case "\\": escaped += "\\\\"
+            case "\u{2028}", "\u{2029}": escaped += "\\u" + String(scalar.value, radix: 16)
+            default:
+                let hex = String(scalar.value, radix: 16, uppercase: mode == .terminal)
+                escaped += mode == .terminal ? "\\u{" + hex + "}" : "\\x" + (hex.count < 2 ? "0" + hex : hex)
+            }
+        }
+        return escaped
+    }
+}
+
+extension String {
+    /// The string as HTML text or an attribute value: `&`, `<`, `>`, `"`
+    /// and `'` written as entities. For vaultd's sign-in page and vaultctl's
+    /// browser hand-off.
+    public var escapingHTML: String {
+        var escaped = ""
+        escaped.reserveCapacity(self.utf8.count)
+        for character in self {
+            switch character {
+            case "&": escaped += "&amp;"
+            case "<": escaped += "&lt;"
+            case ">": escaped += "&gt;"
+            case "\"": escaped += "&quot;"
+            case "'": escaped += "&#39;"
+            default: escaped.append(character)
             }
         }
         return escaped

@@ -26,16 +26,16 @@ extension Request: Decodable {
         } catch let error as VaultError {
             self.command = .failure(error)
         } catch let error as DecodingError {
-            self.command = .failure(VaultError(.badRequest, Self.sentence(for: error)))
+            self.command = .failure(.malformed(Self.sentence(for: error)))
         }
     }
 
     private static func command(in c: KeyedDecodingContainer<Key>, decoder: any Decoder) throws -> Command {
-        guard c.contains(.op) else { throw VaultError(.badRequest, "every request needs an 'op'") }
+        guard c.contains(.op) else { throw VaultError.noOp }
         let name = try c.decode(String.self, forKey: .op)
         guard let op = Op(rawValue: name) else {
             let shown = name.count <= 32 && name.allSatisfy { $0.isLetter || $0 == "." || $0 == "_" } ? " '\(name)'" : ""
-            throw VaultError(.unknownOp, "vaultd does not know the operation\(shown); see the 'op' table in docs/protocol.md")
+            throw VaultError.unknownOp(shown)
         }
         switch op {
         case .hello: return .hello
@@ -48,14 +48,12 @@ extension Request: Decodable {
         case .refreshToken: return .refreshToken(account: try c.decode(String.self, forKey: .account))
         case .migrate:
             guard let target = Backend(rawValue: try c.decode(String.self, forKey: .to)) else {
-                throw VaultError(.badRequest, "'to' is file or keyring")
+                throw VaultError.badBackend
             }
             return .migrate(to: target)
         case .token:
             let minTTL = try c.decodeIfPresent(Int.self, forKey: .minTTL) ?? TokenRequest.defaultMinTTL
-            guard (0...86_400).contains(minTTL) else {
-                throw VaultError(.badRequest, "'min_ttl' is a number of seconds from 0 to 86400")
-            }
+            guard TokenRequest.minTTLRange.contains(minTTL) else { throw VaultError.badMinTTL }
             return .token(
                 TokenRequest(
                     account: try c.decode(String.self, forKey: .account),
@@ -76,12 +74,12 @@ extension Request: Decodable {
             )
         case .signinSubmitCode:
             guard let code = try c.decodeSecretIfPresent(decoder, forKey: .code) else {
-                throw VaultError(.badRequest, "the field 'code' is required")
+                throw VaultError.required("code")
             }
             return .signinSubmitCode(flow: try c.decode(String.self, forKey: .flow), code: code)
         case .signinSubmitPassword:
             guard let password = try c.decodeSecretIfPresent(decoder, forKey: .password) else {
-                throw VaultError(.badRequest, "the field 'password' is required")
+                throw VaultError.required("password")
             }
             return .signinSubmitPassword(flow: try c.decode(String.self, forKey: .flow), password: password)
         case .signinResendCode: return .signinResendCode(flow: try c.decode(String.self, forKey: .flow))
@@ -89,7 +87,7 @@ extension Request: Decodable {
         case .signinWait:
             let timeout = try c.decodeIfPresent(Int.self, forKey: .timeoutMs)
             if let timeout, !(0...600_000).contains(timeout) {
-                throw VaultError(.badRequest, "'timeout_ms' is a number of milliseconds from 0 to 600000")
+                throw VaultError.badWaitTimeout
             }
             return .signinWait(flow: try c.decode(String.self, forKey: .flow), timeoutMs: timeout)
         case .subscribe:
@@ -100,18 +98,18 @@ extension Request: Decodable {
             switch (account, all) {
             case (let name?, false): return .signout(.account(name))
             case (nil, true): return .signout(.all)
-            default: throw VaultError(.badRequest, "signout takes an 'account' or 'all': true, not both")
+            default: throw VaultError.signoutTarget
             }
         case .shareOpen:
             let accounts = try c.decode([String].self, forKey: .accounts)
-            guard !accounts.isEmpty else { throw VaultError(.badRequest, "a share needs at least one account in 'accounts'") }
+            guard !accounts.isEmpty else { throw VaultError.shareWithoutAccounts }
             let ttl = try c.decodeIfPresent(Int.self, forKey: .ttl)
             if let ttl, !(1...ShareOpen.maximumTTL).contains(ttl) {
-                throw VaultError(.badRequest, "'ttl' is a number of seconds from 1 to \(ShareOpen.maximumTTL)")
+                throw VaultError.badShareTTL
             }
             let scopes = try c.decodeIfPresent([String].self, forKey: .scopes)
             if let scopes, scopes.isEmpty || !scopes.allSatisfy({ !$0.isEmpty && !$0.contains(" ") }) {
-                throw VaultError(.badRequest, "'scopes' is a non-empty list of scopes")
+                throw VaultError.badScopeList("scopes")
             }
             return .shareOpen(ShareOpen(accounts: accounts, socket: try c.decode(String.self, forKey: .socket), ttl: ttl, scopes: scopes))
         case .shareList:
@@ -120,7 +118,7 @@ extension Request: Decodable {
             switch (try c.decodeIfPresent(String.self, forKey: .share), try c.decodeIfPresent(String.self, forKey: .socket)) {
             case (let id?, nil): return .shareClose(.id(id))
             case (nil, let path?): return .shareClose(.socket(path))
-            default: throw VaultError(.badRequest, "share.close takes a 'share' id or a 'socket' path, not both")
+            default: throw VaultError.shareCloseTarget
             }
         case .accountAdd:
             return .accountAdd(
@@ -143,7 +141,7 @@ extension Request: Decodable {
             scopes = try c.decode(String.self, forKey: .scope).split(separator: " ").map(String.init)
         }
         guard !scopes.isEmpty, scopes.allSatisfy({ !$0.isEmpty && !$0.contains(" ") }) else {
-            throw VaultError(.badRequest, "'scope' is a non-empty list of scopes")
+            throw VaultError.badScopeList("scope")
         }
         return scopes
     }

@@ -97,6 +97,10 @@ public struct TokenRequest: Sendable, Equatable {
     public var forceRefresh: Bool
 
     public static let defaultMinTTL = 60
+    /// What `min_ttl` may be, in seconds: up to a day.
+    public static let minTTLRange = 0...86_400
+    /// The words for a `min_ttl` out of range, on the wire and on vaultctl's command line.
+    public static let minTTLRule = "'min_ttl' is a number of seconds from 0 to 86400"
 
     public init(account: String, scopes: [String]? = nil, minTTL: Int = Self.defaultMinTTL, forceRefresh: Bool = false) {
         self.account = account

@@ -13,10 +13,7 @@ public enum TokenVault {
         if let explicit, !explicit.isEmpty { return explicit }
         if let value = Self.environment("TOKENVAULT_SOCKET") { return value }
         guard let runtime = Self.environment("XDG_RUNTIME_DIR") else {
-            throw VaultError(
-                .badRequest,
-                "XDG_RUNTIME_DIR is not set, so the socket cannot be found; pass --socket PATH or set TOKENVAULT_SOCKET"
-            )
+            throw VaultError.noRuntimeDirectory
         }
         return runtime + "/tokenvault/vaultd.sock"
     }

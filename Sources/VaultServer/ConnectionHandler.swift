@@ -89,9 +89,7 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// Writes `response` as the last line of `channel` and closes it once the
     /// line is written, or after `grace` when the peer does not take it.
     static func close(_ channel: any Channel, after response: Response, grace: TimeAmount = .seconds(1)) {
-        var buffer = channel.allocator.buffer(capacity: 256)
-        buffer.writeBytes(LineCodec.line(for: response))
-        buffer.writeInteger(UInt8(ascii: "\n"))
+        let buffer = channel.allocator.line(for: response)
         let deadline = channel.eventLoop.scheduleTask(in: grace) { channel.close(promise: nil) }
         channel.writeAndFlush(buffer).whenComplete { _ in
             deadline.cancel()
@@ -102,8 +100,7 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
     func channelActive(context: ChannelHandlerContext) {
         guard self.admitted else {
             self.logger.warning("connection limit reached; refusing a connection")
-            let error = VaultError(.overloaded, "vaultd has too many open connections; try again shortly")
-            self.send(Response(id: nil, error: error), context: context, flush: true)
+            self.send(Response(id: nil, error: .tooManyConnections), context: context, flush: true)
             context.close(promise: nil)
             return
         }
@@ -203,10 +200,7 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
             // Removed on this event loop, so always after it is added below.
             self.tasks[key] = Task {
                 let response = await work()
-                var buffer = channel.allocator.buffer(capacity: 256)
-                buffer.writeBytes(LineCodec.line(for: response))
-                buffer.writeInteger(UInt8(ascii: "\n"))
-                channel.writeAndFlush(buffer, promise: nil)
+                channel.writeAndFlush(channel.allocator.line(for: response), promise: nil)
                 channel.eventLoop.execute {
                     connections.finished()
                     handler.value.tasks[key] = nil
@@ -302,15 +296,12 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     private func refuseLongLine(context: ChannelHandlerContext) {
         self.logger.notice("line over the limit; closing the connection")
-        let error = VaultError(.lineTooLong, "a request line is at most \(TokenVault.maximumLineBytes) bytes")
-        self.send(Response(id: nil, error: error), context: context, flush: true)
+        self.send(Response(id: nil, error: .lineTooLong), context: context, flush: true)
         context.close(promise: nil)
     }
 
     private func send(_ response: Response, context: ChannelHandlerContext, flush: Bool) {
-        var buffer = context.channel.allocator.buffer(capacity: 256)
-        buffer.writeBytes(LineCodec.line(for: response))
-        buffer.writeInteger(UInt8(ascii: "\n"))
+        let buffer = context.channel.allocator.line(for: response)
         let promise = self.counted(nil, context: context)
         if flush {
             context.writeAndFlush(self.wrapOutboundOut(buffer), promise: promise)

@@ -46,8 +46,8 @@ public final class EventHub: EventSink {
             subscribers.values.filter { $0.accounts?.contains(event.account) ?? true }
         }
         guard !matching.isEmpty else { return 0 }
-        var line = Array(LineCodec.line(for: event))
-        line.append(UInt8(ascii: "\n"))
+        // Encoded once; each channel writes the same bytes.
+        let line = ByteBufferAllocator().line(for: event)
         var told = 0
         for subscriber in matching {
             let channel = subscriber.channel
@@ -56,7 +56,7 @@ public final class EventHub: EventSink {
                 self.overloaded(subscriber)
                 continue
             }
-            channel.writeAndFlush(channel.allocator.buffer(bytes: line)).whenComplete { _ in
+            channel.writeAndFlush(line).whenComplete { _ in
                 subscriber.backlog.subtract(1, ordering: .relaxed)
             }
             told += 1
@@ -71,11 +71,8 @@ public final class EventHub: EventSink {
         let removed = self.subscribers.withLock { $0.removeValue(forKey: ObjectIdentifier(subscriber.channel)) }
         guard removed != nil else { return }
         let channel = subscriber.channel
-        let error = VaultError(.overloaded, "this connection fell too far behind its events; reconnect and subscribe again")
-        var line = Array(LineCodec.line(for: Response(id: nil, error: error)))
-        line.append(UInt8(ascii: "\n"))
         let close = channel.eventLoop.scheduleTask(in: Self.closeGrace) { channel.close(promise: nil) }
-        channel.writeAndFlush(channel.allocator.buffer(bytes: line)).whenComplete { _ in
+        channel.writeAndFlush(channel.allocator.line(for: Response(id: nil, error: .fellBehindEvents))).whenComplete { _ in
             close.cancel()
             channel.close(promise: nil)
         }

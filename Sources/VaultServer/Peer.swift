@@ -38,13 +38,13 @@ public struct Peer: Sendable, Hashable, CustomStringConvertible {
         [
             "uid": "\(self.uid)",
             "pid": "\(self.pid)",
-            "exe": "\(TokenVault.escapedForLog(self.executable ?? "?"))",
-            "unit": "\(TokenVault.escapedForLog(self.unit ?? "?"))",
+            "exe": "\((self.executable ?? "?").escaped(for: .log))",
+            "unit": "\((self.unit ?? "?").escaped(for: .log))",
         ]
     }
 
     public var description: String {
-        "pid \(self.pid) uid \(self.uid) exe \(TokenVault.escapedForLog(self.executable ?? "?")) unit \(TokenVault.escapedForLog(self.unit ?? "?"))"
+        "pid \(self.pid) uid \(self.uid) exe \((self.executable ?? "?").escaped(for: .log)) unit \((self.unit ?? "?").escaped(for: .log))"
     }
 
     /// The peer of a connection just accepted; `pidfd` is its SO_PEERPIDFD

@@ -43,7 +43,7 @@ struct Account: ParsableCommand {
                 let reply = try vault.send(.status)
                 let status = try Output.field(StatusResult.self, of: reply)
                 if self.connection.json {
-                    let names = (try? JSONEncoder().encode(status.accounts.map(\.name))) ?? Data("[]".utf8)
+                    let names = (try? LineCodec.json(status.accounts.map(\.name))) ?? Data("[]".utf8)
                     return Output.verbatim(String(decoding: names, as: UTF8.self))
                 }
                 for account in status.accounts { Output.line(account.name) }

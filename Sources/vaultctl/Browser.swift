@@ -81,7 +81,7 @@ struct BrowserPage {
     /// A page that goes on to `url` at once, with a link for a browser that
     /// does not follow the refresh.
     static func page(_ url: String) -> String {
-        let href = Self.escapeHTML(url)
+        let href = url.escapingHTML
         return """
             <!DOCTYPE html>
             <html><head><meta charset="utf-8"><meta name="referrer" content="no-referrer">
@@ -90,21 +90,6 @@ struct BrowserPage {
             <body><p><a href="\(href)">Continue to the issuer</a></p></body></html>
 
             """
-    }
-
-    private static func escapeHTML(_ text: String) -> String {
-        var escaped = ""
-        for character in text {
-            switch character {
-            case "&": escaped += "&amp;"
-            case "<": escaped += "&lt;"
-            case ">": escaped += "&gt;"
-            case "\"": escaped += "&quot;"
-            case "'": escaped += "&#39;"
-            default: escaped.append(character)
-            }
-        }
-        return escaped
     }
 
     /// `file://` and the path, its bytes other than letters, digits and

@@ -45,7 +45,7 @@ struct Exec: ParsableCommand {
 
     func validate() throws {
         if self.connection.json { throw ValidationError("--json does not apply to exec; the command's output is its own") }
-        guard (0...86_400).contains(self.minTTL) else { throw ValidationError("--min-ttl is 0 to 86400 seconds") }
+        guard TokenRequest.minTTLRange.contains(self.minTTL) else { throw ValidationError("--min-ttl is 0 to 86400 seconds") }
         guard Self.isVariableName(self.variable) else {
             throw ValidationError("--env takes a variable name: letters, digits and _, not starting with a digit")
         }
@@ -228,17 +228,9 @@ struct GitCredential: ParsableCommand {
             guard let host = self.host, hosts.contains(host) else { return false }
             switch self.scheme {
             case "https": return true
-            case "http": return Self.isLoopback(host)
+            case "http": return Loopback.isAddress(withPort: host)
             default: return false
             }
-        }
-
-        /// `127.0.0.1` or `[::1]`, with or without a port.
-        static func isLoopback(_ host: String) -> Bool {
-            for address in ["127.0.0.1", "[::1]"] where host == address || host.hasPrefix(address + ":") {
-                return host.dropFirst(address.count).dropFirst().allSatisfy(\.isNumber)
-            }
-            return false
         }
     }
 

@@ -35,7 +35,7 @@ struct ExecCredential: ParsableCommand {
     var minTTL: Int = TokenRequest.defaultMinTTL
 
     func validate() throws {
-        guard (0...86_400).contains(self.minTTL) else { throw ValidationError("--min-ttl is 0 to 86400 seconds") }
+        guard TokenRequest.minTTLRange.contains(self.minTTL) else { throw ValidationError("--min-ttl is 0 to 86400 seconds") }
     }
 
     static let defaultAPIVersion = "client.authentication.k8s.io/v1"
@@ -91,9 +91,7 @@ struct ExecCredentialJob {
                 apiVersion: apiVersion,
                 status: .init(token: token.accessToken.unsafeString(), expirationTimestamp: ExecCredential.rfc3339(token.expiresAt))
             )
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-            guard let bytes = try? encoder.encode(credential) else {
+            guard let bytes = try? LineCodec.json(credential) else {
                 throw VaultError(.internalError, "could not encode the ExecCredential")
             }
             Output.line(String(decoding: bytes, as: UTF8.self))

@@ -211,7 +211,7 @@ enum QuickStart {
         var minTTL: Int? {
             guard let text = self.single("min-ttl") else { return TokenRequest.defaultMinTTL }
             guard text.utf8.count <= 5, text.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let value = Int(text),
-                (0...86_400).contains(value)
+                TokenRequest.minTTLRange.contains(value)
             else { return nil }
             return value
         }

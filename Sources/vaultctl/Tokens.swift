@@ -30,7 +30,7 @@ struct Token: ParsableCommand {
     var header = false
 
     func validate() throws {
-        guard (0...86_400).contains(self.minTTL) else { throw ValidationError("--min-ttl is 0 to 86400 seconds") }
+        guard TokenRequest.minTTLRange.contains(self.minTTL) else { throw ValidationError("--min-ttl is 0 to 86400 seconds") }
     }
 
     func run() throws {
@@ -142,22 +142,20 @@ extension Output {
         do {
             return try LineCodec.payload(P.self, of: reply)
         } catch {
-            throw VaultError(.internalError, "vaultd sent a reply this vaultctl cannot read")
+            throw VaultError.unreadableReply
         }
     }
 
     /// One `key: value` line per top-level field, for people.
     static func json(_ value: JSONValue) {
         guard case .object(let object) = value else { return }
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         for key in object.keys.sorted() {
             guard let field = object[key] else { continue }
             let text: String
             if case .string(let string) = field {
                 text = string
             } else {
-                text = (try? encoder.encode(field)).map { String(decoding: $0, as: UTF8.self) } ?? ""
+                text = (try? LineCodec.json(field)).map { String(decoding: $0, as: UTF8.self) } ?? ""
             }
             Output.line("\(key): \(text)")
         }

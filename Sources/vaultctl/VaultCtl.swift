@@ -94,7 +94,7 @@ extension ErrorCode {
 /// error descriptions). Only `verbatim` writes text as it is.
 enum Output {
     static func line(_ text: String) {
-        Self.write(1, text.escapingControlCharacters + "\n")
+        Self.write(1, text.escaped(for: .terminal) + "\n")
     }
 
     /// One line as it is: JSON (escaped already) or the token a command was asked for.
@@ -103,12 +103,12 @@ enum Output {
     }
 
     static func error(_ message: String) {
-        Self.write(2, "vaultctl: error: \(message.escapingControlCharacters)\n")
+        Self.write(2, "vaultctl: error: \(message.escaped(for: .terminal))\n")
     }
 
     /// A line for the person at the terminal (what to do next, what happened).
     static func note(_ text: String) {
-        Self.write(2, text.escapingControlCharacters + "\n")
+        Self.write(2, text.escaped(for: .terminal) + "\n")
     }
 
     /// Text for stderr as it is: a progress line redrawn after `\r`, a QR code.

@@ -10,9 +10,9 @@ import VaultTestIssuer
 @Suite(.timeLimit(.minutes(1)))
 struct PeerIdentityTests {
     @Test func peerValuesAreEscapedToOneField() {
-        #expect(TokenVault.escapedForLog("/usr/bin/curl") == "/usr/bin/curl")
-        #expect(TokenVault.escapedForLog("a\nvaultd: error: x") == #"a\nvaultd:\x20error:\x20x"#)
-        #expect(TokenVault.escapedForLog("\u{1B}[2J\r\t\\\u{7F}\u{85}\u{2028}é") == #"\x1b[2J\r\t\\\x7f\x85\u2028é"#)
+        #expect(("/usr/bin/curl").escaped(for: .log) == "/usr/bin/curl")
+        #expect(("a\nvaultd: error: x").escaped(for: .log) == #"a\nvaultd:\x20error:\x20x"#)
+        #expect(("\u{1B}[2J\r\t\\\u{7F}\u{85}\u{2028}é").escaped(for: .log) == #"\x1b[2J\r\t\\\x7f\x85\u2028é"#)
     }
 
     @Test func theUnitIsTheDeepestServiceOrScopeOfTheSystemdHierarchy() {

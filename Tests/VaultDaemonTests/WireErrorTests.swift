@@ -95,3 +95,36 @@ import VaultStore
         #expect(SecretPlace(.keyring) == .keyring)
     }
 }
+
+/// One home for each error: what vaultd answers is built in WireErrors.swift
+/// (the vault), RequestErrors.swift (a request that breaks the protocol) or
+/// ServerErrors.swift (the socket layer), and what a client library reports
+/// in ClientErrors.swift. A `VaultError(.code, ...)` anywhere else fails here.
+struct ErrorHomeTests {
+    static let homes: Set<String> = [
+        "Sources/VaultDaemon/WireErrors.swift", "Sources/VaultProtocol/RequestErrors.swift",
+        "Sources/VaultProtocol/ErrorCode.swift", "Sources/VaultServer/ServerErrors.swift",
+        "Sources/VaultClient/ClientErrors.swift",
+    ]
+
+    @Test func everyErrorIsBuiltInItsHome() throws {
+        var strays: [String] = []
+        for module in ["VaultDaemon", "VaultProtocol", "VaultServer", "VaultClient", "VaultStore", "VaultOIDC"] {
+            let root = packageRoot + "/Sources/" + module
+            let files = try #require(FileManager.default.enumerator(atPath: root)).compactMap { $0 as? String }
+            for file in files where file.hasSuffix(".swift") {
+                let path = "Sources/\(module)/\(file)"
+                guard !Self.homes.contains(path) else { continue }
+                let text = try String(contentsOfFile: packageRoot + "/" + path, encoding: .utf8)
+                // A literal: `VaultError(` then, after any spaces or newlines, `.code`.
+                var rest = Substring(text)
+                while let found = rest.range(of: "VaultError(") {
+                    let after = rest[found.upperBound...].drop { $0 == " " || $0 == "\n" }
+                    if after.first == "." { strays.append(path) }
+                    rest = rest[found.upperBound...]
+                }
+            }
+        }
+        #expect(strays.isEmpty, "VaultError literals outside their homes: \(Set(strays).sorted())")
+    }
+}

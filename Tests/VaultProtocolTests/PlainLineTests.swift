@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 import VaultCrypto
-import VaultProtocol
+@testable import VaultProtocol
 
 /// The `token` line and its reply skip Codable when they are plain. Whatever
 /// the plain path does, it must do exactly what JSONDecoder and JSONEncoder
@@ -80,6 +80,21 @@ import VaultProtocol
     @Test(arguments: Self.lines)
     func decodesAsJSONDecoderDoes(line: String) {
         Self.checkAgrees(Array(line.utf8))
+    }
+
+    /// The plain path itself, not through LineCodec (which falls back to
+    /// Codable): it takes the plain lines, and declines every other one.
+    @Test func thePlainPathTakesThePlainLinesAndDeclinesTheRest() {
+        let plain = Self.lines.prefix(7)
+        for line in plain {
+            let read = Array(line.utf8).withUnsafeBytes { Request(plainToken: $0) }
+            #expect(read != nil, "declined a plain line: \(line)")
+            if let read { #expect(Self.meaning(read) == Self.meaning(LineCodec.codableRequest(from: Array(line.utf8))), "\(line)") }
+        }
+        for line in Self.lines.dropFirst(7) {
+            let read = Array(line.utf8).withUnsafeBytes { Request(plainToken: $0) }
+            #expect(read == nil, "took a line Codable reads differently or refuses: \(line)")
+        }
     }
 
     @Test func invalidUTF8InAPlainShapeIsRefusedAsBefore() {

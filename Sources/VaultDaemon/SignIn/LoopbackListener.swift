@@ -5,6 +5,7 @@ import NIOHTTP1
 import NIOPosix
 import Synchronization
 import VaultOIDC
+import VaultProtocol
 
 /// The redirect listener of a browser sign-in (RFC 8252 §7.3): HTTP on
 /// 127.0.0.1 only, on a free port or the account's fixed one, opened just
@@ -203,9 +204,9 @@ private final class CallbackHandler: ChannelInboundHandler, Sendable {
     private static func respond(_ channel: any Channel, _ verdict: LoopbackListener.Verdict) {
         let html = """
             <!doctype html>
-            <html><head><meta charset="utf-8"><title>tokenvault: \(escape(verdict.title))</title></head>
-            <body style="font-family: sans-serif; margin: 3em"><h1>\(escape(verdict.title))</h1>
-            <p>\(escape(verdict.message))</p></body></html>
+            <html><head><meta charset="utf-8"><title>tokenvault: \(verdict.title.escapingHTML)</title></head>
+            <body style="font-family: sans-serif; margin: 3em"><h1>\(verdict.title.escapingHTML)</h1>
+            <p>\(verdict.message.escapingHTML)</p></body></html>
 
             """
         var headers = HTTPHeaders()
@@ -220,20 +221,6 @@ private final class CallbackHandler: ChannelInboundHandler, Sendable {
         channel.writeAndFlush(HTTPServerResponsePart.end(nil)).whenComplete { _ in
             channel.close(promise: nil)
         }
-    }
-
-    private static func escape(_ text: String) -> String {
-        var out = ""
-        for character in text {
-            switch character {
-            case "&": out += "&amp;"
-            case "<": out += "&lt;"
-            case ">": out += "&gt;"
-            case "\"": out += "&quot;"
-            default: out.append(character)
-            }
-        }
-        return out
     }
 }
 

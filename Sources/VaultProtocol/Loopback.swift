@@ -8,6 +8,16 @@ public enum Loopback {
         host == "127.0.0.1" || host == "::1" || host == "[::1]"
     }
 
+    /// `host[:port]` as git and HTTP's Host header give it: a loopback
+    /// address, with or without a port.
+    public static func isAddress(withPort host: String) -> Bool {
+        for address in ["127.0.0.1", "[::1]"] where host == address || host.hasPrefix(address + ":") {
+            let port = host.dropFirst(address.count).dropFirst()
+            return host == address || (!port.isEmpty && port.allSatisfy(\.isNumber))
+        }
+        return false
+    }
+
     /// Whether `host` is the IPv6 loopback address.
     public static func isIPv6(_ host: String) -> Bool {
         host == "::1" || host == "[::1]"
