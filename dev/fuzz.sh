@@ -157,10 +157,26 @@ if [ "$build" = yes ]; then
 
     module_flags "$scratch/release.yaml" "$target" >"$scratch/harness.flags"
     # Every object file the build made that the manifest still names (an
-    # object left behind by a file since moved or deleted would clash), in a
-    # response file that quotes them: some names have spaces.
-    python3 - "$scratch/release.yaml" >"$scratch/harness.objects" <<'EOF'
+    # object left behind by a file since moved or deleted would clash), but
+    # of this package's own targets only those the target depends on: an
+    # earlier build of another target left objects this build did not
+    # remake, which may name what no longer exists. In a response file that
+    # quotes them: some names have spaces.
+    swift package dump-package >"$scratch/package.json"
+    python3 - "$scratch/release.yaml" "$scratch/package.json" "$target" >"$scratch/harness.objects" <<'EOF'
 import json, os, sys
+package = {t["name"]: t for t in json.load(open(sys.argv[2]))["targets"]}
+closure, todo = set(), [sys.argv[3]]
+while todo:
+    name = todo.pop()
+    if name in closure or name not in package:
+        continue
+    closure.add(name)
+    for dependency in package[name]["dependencies"]:
+        for kind in ("byName", "target"):
+            if kind in dependency:
+                todo.append(dependency[kind][0])
+others = set(package) - closure
 objects = set()
 with open(sys.argv[1]) as manifest:
     for line in manifest:
@@ -168,7 +184,8 @@ with open(sys.argv[1]) as manifest:
         if line.startswith("outputs: ["):
             objects.update(o for o in json.loads(line[len("outputs: "):]) if o.endswith(".o") and os.path.exists(o))
 for path in sorted(objects):
-    print('"%s"' % path)
+    if not any(f"/{name}.build/" in path for name in others):
+        print('"%s"' % path)
 EOF
 
     for name in "${harnesses[@]}"; do
