@@ -110,7 +110,7 @@ struct ConcurrencyTests {
         try await using(self.setUp()) { setup in
             setup.issuer.setTokenBehaviour(.gate)
             let caller = Task { try await setup.token(force: true) }
-            try await poll { setup.issuer.heldRequestCount == 1 }
+            try await eventually { setup.issuer.heldRequestCount == 1 }
             caller.cancel()
             setup.issuer.openGate()
             _ = try? await caller.value
@@ -126,10 +126,10 @@ struct ConcurrencyTests {
         try await using(self.setUp()) { setup in
             setup.issuer.setTokenBehaviour(.gate)
             let refresh = Task { try await setup.token(force: true) }
-            try await poll { setup.issuer.heldRequestCount == 1 }
+            try await eventually { setup.issuer.heldRequestCount == 1 }
             let signOut = Task { try await setup.broker.signOut("work") }
             // Wiped at once; the revocation waits for the exchange that spends the token.
-            try await poll { await setup.broker.status().accounts.first?.signedIn == false }
+            try await eventually { await setup.broker.status().accounts.first?.signedIn == false }
             #expect(await setup.tokenError() == .notSignedIn)
             #expect(setup.issuer.revocationCount == 0)
             setup.issuer.openGate()
@@ -138,7 +138,7 @@ struct ConcurrencyTests {
             #expect(await setup.tokenError() == .notSignedIn)
             // Revoked: the token the issuer rotated meanwhile, and the one the sign-out held;
             // the issuer never saw a token presented after its revocation.
-            try await poll { setup.issuer.revocationCount == 2 }
+            try await eventually { setup.issuer.revocationCount == 2 }
             #expect(setup.issuer.reusedRefreshTokens == 0)
             #expect(try await setup.restartedStatus(folder: setup.vault.folder)?.signedIn == false)
         }
@@ -148,17 +148,17 @@ struct ConcurrencyTests {
         try await using(self.setUp()) { setup in
             setup.store.holdSaves()
             let refresh = Task { try await setup.token(force: true) }
-            try await poll { setup.store.heldSaves == 1 }
+            try await eventually { setup.store.heldSaves == 1 }
             let signOut = Task { try await setup.broker.signOut("work") }
             // Memory is wiped at once; the store removal waits its turn behind the save.
-            try await poll { await setup.broker.status().accounts.first?.signedIn == false }
+            try await eventually { await setup.broker.status().accounts.first?.signedIn == false }
             setup.store.releaseSaves()
             _ = try await signOut.value
             await #expect(throws: VaultError.self) { try await refresh.value }
             #expect(await setup.tokenError() == .notSignedIn)
             #expect(try await setup.store.load("work") == nil)
             // Revoked: the rotated token by the sign-out (memory held it), and again when the refresh discarded it.
-            try await poll { setup.issuer.revocationCount == 2 }
+            try await eventually { setup.issuer.revocationCount == 2 }
             #expect(try await setup.restartedStatus(folder: setup.vault.folder)?.signedIn == false)
         }
     }
@@ -167,7 +167,7 @@ struct ConcurrencyTests {
         try await using(self.setUp()) { setup in
             setup.issuer.pause(path: "/jwks")
             let refresh = Task { try await setup.token(force: true) }
-            try await poll { setup.issuer.heldRequestCount == 1 }
+            try await eventually { setup.issuer.heldRequestCount == 1 }
             _ = try await setup.broker.signOut("work")
             setup.issuer.openGate()
             await #expect(throws: VaultError.self) { try await refresh.value }
@@ -186,7 +186,7 @@ struct ConcurrencyTests {
             let code = try #require(issuer.lastCode(for: email))
             issuer.pause(path: "/jwks")
             client.send(#"{"id":"c","op":"signin.submit_code","flow":"\#(flow)","code":"\#(code)"}"# + "\n")
-            try await poll { issuer.heldRequestCount == 1 }
+            try await eventually { issuer.heldRequestCount == 1 }
             let other = try LineClient(path: vault.socketPath)
             let signedOut = try #require(await other.call(#"{"id":"o","op":"signout","account":"work"}"#))
             #expect(signedOut["ok"] as? Bool == true, "\(signedOut)")
@@ -217,7 +217,7 @@ struct ConcurrencyTests {
             let client = try LineClient(path: setup.vault.socketPath)
             client.send(#"{"id":"all","op":"signout","all":true}"# + "\n")
             // Both revocations are out at once, and nothing is served meanwhile.
-            try await poll { setup.issuer.heldRequestCount == 2 }
+            try await eventually { setup.issuer.heldRequestCount == 2 }
             let probe = try LineClient(path: setup.vault.socketPath)
             for name in ["work", "home"] {
                 let token = try #require(await probe.call(#"{"id":"t","op":"token","account":"\#(name)"}"#))
@@ -305,7 +305,7 @@ struct ConcurrencyTests {
                 #expect(line.errorCode == "bad_request", "\(line)")
                 refused += 1
             }
-            try await poll { issuer.heldRequestCount == 1 }
+            try await eventually { issuer.heldRequestCount == 1 }
             issuer.openGate()
             let answered = try #require(await client.readObject())
             #expect(answered.errorCode == "invalid_code", "\(answered)")
@@ -366,9 +366,9 @@ struct ConcurrencyTests {
                 let answer = try #require(await client.call(request))
                 #expect(answer["ok"] as? Bool == true, "\(answer)")
                 if clock.now() >= refreshAt {
-                    try await poll { issuer.heldRequestCount == 1 }
+                    try await eventually { issuer.heldRequestCount == 1 }
                     issuer.openGate()
-                    try await poll { await !vault.broker.isRefreshing(account: "work") }
+                    try await eventually { await !vault.broker.isRefreshing(account: "work") }
                     issuer.setTokenBehaviour(.gate)
                     refreshAt = clock.now() + 8
                 }
@@ -405,17 +405,6 @@ struct ConcurrencyTests {
     }
 }
 
-/// Polls `condition` until it holds, failing the test after `seconds`.
-func poll(seconds: Double = 20, _ condition: () async throws -> Bool) async throws {
-    let deadline = Date().addingTimeInterval(seconds)
-    while try await !condition() {
-        guard Date() < deadline else {
-            Issue.record("condition not met within \(seconds) s")
-            throw ToolFailure(message: "timed out")
-        }
-        try await Task.sleep(for: .milliseconds(5))
-    }
-}
 
 /// A store that can hold its saves at the suspension point, to land other
 /// work (a sign-out) exactly there.

@@ -22,14 +22,14 @@ struct ConnectionLifetimeTests {
                 // The first caller starts the refresh; the second joins it.
                 let first = try LineClient(path: vault.socketPath)
                 first.send(#"{"id":"first","op":"token","account":"work"}"# + "\n")
-                #expect(await self.waitingCallers(vault, becomes: 1))
+                #expect(try await self.waitingCallers(vault, becomes: 1))
                 let second = try LineClient(path: vault.socketPath)
                 second.send(#"{"id":"second","op":"token","account":"work"}"# + "\n")
-                #expect(await self.waitingCallers(vault, becomes: 2))
+                #expect(try await self.waitingCallers(vault, becomes: 2))
 
                 shutdown(first.fd, Int32(SHUT_RDWR))
-                #expect(await self.waitingCallers(vault, becomes: 1), "the closed connection's caller still waits")
-                #expect(await self.poll { vault.server.requestsInFlight == 1 }, "the closed connection's request still counts")
+                #expect(try await self.waitingCallers(vault, becomes: 1), "the closed connection's caller still waits")
+                #expect(try await eventually { vault.server.requestsInFlight == 1 }, "the closed connection's request still counts")
 
                 issuer.openGate()
                 let answer = try #require(await second.readObject())
@@ -46,29 +46,19 @@ struct ConnectionLifetimeTests {
     /// closing, vaultd trims it (what that returns is in BENCHMARKS.md).
     @Test func closedConnectionsAreFollowedByATrimOfTheHeap() async throws {
         try await withVault { vault in
-            #expect(await self.poll { !vault.broker.heapTrimPending }, "the set-up's trim is still due")
+            #expect(try await eventually { !vault.broker.heapTrimPending }, "the set-up's trim is still due")
             let before = vault.broker.heapTrims
             for _ in 0..<20 {
                 let client = try LineClient(path: vault.socketPath)
                 #expect(await client.call(#"{"id":1,"op":"hello"}"#)?["ok"] as? Bool == true)
                 shutdown(client.fd, Int32(SHUT_RDWR))
             }
-            #expect(await self.poll { vault.broker.heapTrims > before }, "no trim followed the closed connections")
+            #expect(try await eventually { vault.broker.heapTrims > before }, "no trim followed the closed connections")
         }
     }
 
-    /// Polls, with a deadline, until `count` callers wait on a refresh of `work`.
-    func waitingCallers(_ vault: InProcessVault, becomes count: Int) async -> Bool {
-        await self.poll { await vault.broker.waitingCallers(account: "work") == count }
-    }
-
-    /// Polls `condition` until it holds or 10 s have passed.
-    func poll(_ condition: () async -> Bool) async -> Bool {
-        let deadline = ContinuousClock.now + .seconds(10)
-        while ContinuousClock.now < deadline {
-            if await condition() { return true }
-            try? await Task.sleep(for: .milliseconds(5))
-        }
-        return await condition()
+    /// Waits, with a deadline, until `count` callers wait on a refresh of `work`.
+    func waitingCallers(_ vault: InProcessVault, becomes count: Int) async throws -> Bool {
+        try await eventually { await vault.broker.waitingCallers(account: "work") == count }
     }
 }

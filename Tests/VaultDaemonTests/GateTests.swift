@@ -132,13 +132,13 @@ struct GateTests {
             let client = try LineClient(path: path)
             setup.issuer.setTokenBehaviour(.gate)
             client.send(#"{"id":1,"op":"token","account":"work"}"# + "\n")
-            try await poll { setup.issuer.heldRequestCount == 1 }
+            try await eventually { setup.issuer.heldRequestCount == 1 }
             let replace = Task {
                 _ = try await setup.vault.broker.remove("work")
                 try await self.readd(setup)
             }
             // The secrets are dropped at once; the removal then waits for the exchange in flight.
-            try await poll { await setup.vault.broker.status().accounts.first { $0.name == "work" }?.signedIn != true }
+            try await eventually { await setup.vault.broker.status().accounts.first { $0.name == "work" }?.signedIn != true }
             setup.issuer.openGate()
             try await replace.value
             let line = try #require(await client.readLine())

@@ -182,8 +182,7 @@ struct HostileClientTests {
             issuer.setTokenBehaviour(.gate)
             let client = try LineClient(path: vault.socketPath)
             client.send(#"{"id":2,"op":"token","account":"work"}"# + "\n")
-            let deadline = ContinuousClock.now + .seconds(20)
-            while issuer.refreshCount < 1, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+            try await eventually { issuer.refreshCount >= 1 }
             // A connection opened now and closed for idleness marks the moment
             // the held one has been quiet for longer than the timeout too.
             let silent = try LineClient(path: vault.socketPath)
@@ -216,10 +215,7 @@ struct HostileClientTests {
             }
             #expect(opened == 2000)
             #expect(await bystander.call(#"{"id":1,"op":"hello"}"#)?["ok"] as? Bool == true)
-            let deadline = ContinuousClock.now + .seconds(20)
-            while vault.server.openConnections > 1, ContinuousClock.now < deadline {
-                try await Task.sleep(for: .milliseconds(10))
-            }
+            try await eventually { vault.server.openConnections <= 1 }
             #expect(vault.server.openConnections == 1, "only the bystander is left")
         }
     }

@@ -183,16 +183,16 @@ struct IssuerSafetyTests {
 
             // A cap: of 40 half-sent requests, at most 16 stay open.
             let held = try (0..<40).map { _ in try HeldConnection(port: port, send: "GET /callback?state=") }
-            #expect(await Self.eventually { held.filter(\.isClosed).count >= 24 }, "the connections over the cap are closed at once")
+            #expect(try await eventually { held.filter(\.isClosed).count >= 24 }, "the connections over the cap are closed at once")
             #expect(held.filter { !$0.isClosed }.count <= 16)
             // Cancelling the flow closes the rest.
             #expect(await client.call(#"{"id":2,"op":"signin.cancel","flow":"\#(flow)"}"#)?["ok"] as? Bool == true)
-            #expect(await Self.eventually(seconds: 4) { held.allSatisfy(\.isClosed) }, "signin.cancel closes every connection")
+            #expect(try await eventually(seconds: 4) { held.allSatisfy(\.isClosed) }, "signin.cancel closes every connection")
 
             // A connection that never finishes its request is closed after a few seconds.
             let (second, secondPort) = try await self.startBrowser(client)
             let slow = try HeldConnection(port: secondPort, send: "GET /callback?sta")
-            #expect(await Self.eventually(seconds: 20) { slow.isClosed }, "a half-sent request is not held forever")
+            #expect(try await eventually(seconds: 20) { slow.isClosed }, "a half-sent request is not held forever")
             _ = await client.call(#"{"id":3,"op":"signin.cancel","flow":"\#(second)"}"#)
         }
     }
@@ -202,18 +202,6 @@ struct IssuerSafetyTests {
         let url = try #require(started["url"] as? String, "\(started)")
         let redirect = try #require(URLComponents(string: url)?.queryItems?.first { $0.name == "redirect_uri" }?.value)
         return (try #require(started["flow"] as? String), try #require(URLComponents(string: redirect)?.port))
-    }
-
-    /// Polls `condition` until it holds or `seconds` pass.
-    static func eventually(seconds: Double = 10, _ condition: @escaping @Sendable () -> Bool) async -> Bool {
-        await blocking {
-            let deadline = Date().addingTimeInterval(seconds)
-            while Date() < deadline {
-                if condition() { return true }
-                Thread.sleep(forTimeInterval: 0.02)
-            }
-            return condition()
-        }
     }
 
     /// Sends `request` to 127.0.0.1:`port` and returns the whole answer ("" when it cannot connect).

@@ -49,7 +49,7 @@ struct KubernetesTests {
             )
             let stubPID = try #require(pid_t(stub.stdout.trimmingCharacters(in: .whitespacesAndNewlines)))
             defer { kill(stubPID, SIGTERM) }
-            try await poll { FileManager.default.fileExists(atPath: folder + "/port") }
+            try await eventually { FileManager.default.fileExists(atPath: folder + "/port") }
             let port = try String(contentsOfFile: folder + "/port", encoding: .utf8)
             let kubeconfig = """
                 apiVersion: v1

@@ -19,18 +19,18 @@ struct LoopbackListenerTests {
     @Test func closeEndsEveryHeldConnection() async throws {
         let (listener, port) = try await self.start(maximum: 8)
         let held = try (0..<8).map { _ in try HeldConnection(port: port, send: "GET /callback?state=") }
-        #expect(await IssuerSafetyTests.eventually { listener.openConnections == 8 })
+        #expect(try await eventually { listener.openConnections == 8 })
         #expect(held.allSatisfy { !$0.isClosed }, "held within the cap and the 60 s deadline")
         listener.close()
-        #expect(await IssuerSafetyTests.eventually { held.allSatisfy(\.isClosed) })
-        #expect(await IssuerSafetyTests.eventually { listener.openConnections == 0 })
+        #expect(try await eventually { held.allSatisfy(\.isClosed) })
+        #expect(try await eventually { listener.openConnections == 0 })
     }
 
     @Test func connectionsOverTheCapAreClosedAtOnce() async throws {
         let (listener, port) = try await self.start(maximum: 4)
         defer { listener.close() }
         let held = try (0..<12).map { _ in try HeldConnection(port: port, send: "GET /callback?state=") }
-        #expect(await IssuerSafetyTests.eventually { held.filter(\.isClosed).count == 8 })
+        #expect(try await eventually { held.filter(\.isClosed).count == 8 })
         #expect(listener.openConnections == 4)
         withExtendedLifetime(held) {}
     }
@@ -42,7 +42,7 @@ struct LoopbackListenerTests {
         let (listener, port) = try await self.start(deadline: .seconds(5))
         defer { listener.close() }
         let slow = try HeldConnection(port: port, send: "GET /callback?sta")
-        #expect(await IssuerSafetyTests.eventually { slow.isClosed })
+        #expect(try await eventually { slow.isClosed })
         let answer = await blocking { IssuerSafetyTests.exchange(port, "GET /callback?state=x HTTP/1.1\r\nHost: x\r\n\r\n") }
         #expect(answer.hasPrefix("HTTP/1.1 200"), "a whole request within the deadline is answered: \(answer)")
     }
@@ -58,7 +58,7 @@ struct LoopbackListenerTests {
         let port = try #require(URLComponents(string: listener.redirectURI)?.port)
         let answer = await blocking { IssuerSafetyTests.exchange(port, "GET /callback?state=x HTTP/1.1\r\nHost: x\r\n\r\n") }
         #expect(answer.hasPrefix("HTTP/1.1 200") && answer.contains("Signed in"), "\(answer)")
-        #expect(await IssuerSafetyTests.eventually { listener.openConnections == 0 })
+        #expect(try await eventually { listener.openConnections == 0 })
     }
 }
 

@@ -76,7 +76,7 @@ struct ShareTests {
             // the socket goes and a connection made in time is closed, either way.
             let client = try? LineClient(path: path)
             client?.send(#"{"id":1,"op":"hello"}"# + "\n")
-            try await poll { !FileManager.default.fileExists(atPath: path) }
+            try await eventually { !FileManager.default.fileExists(atPath: path) }
             if let client {
                 var line = await client.readObject()
                 if line != nil {
@@ -167,7 +167,7 @@ struct SSHServer {
             ["-c", "/usr/sbin/sshd -D -f \"$0/sshd_config\" -E \"$0/sshd.log\" </dev/null >/dev/null 2>&1 & echo $!", folder]
         )
         let pid = try #require(pid_t(started.stdout.trimmingCharacters(in: .whitespacesAndNewlines)))
-        try await poll { isListening(port: port) || kill(pid, 0) != 0 }
+        try await eventually { isListening(port: port) || kill(pid, 0) != 0 }
         try #require(kill(pid, 0) == 0, "sshd did not start: \((try? String(contentsOfFile: folder + "/sshd.log", encoding: .utf8)) ?? "")")
         return SSHServer(folder: folder, port: port, pid: pid)
     }

@@ -66,7 +66,7 @@ struct SignInEndTests {
             let submitted = try #require(await client.call(#"{"id":"c","op":"signin.submit_code","flow":"\#(flow)","code":"\#(code)"}"#))
             #expect(submitted.errorCode == "locked", "\(submitted)")
             #expect(await vault.dispatcher.signIns.count == 0)
-            try await poll { issuer.revocationCount == 1 }
+            try await eventually { issuer.revocationCount == 1 }
             #expect(await client.call(#"{"id":"u","op":"unlock"}"#)?["ok"] as? Bool == true)
             let status = try #require(await client.call(#"{"id":"st","op":"status"}"#))
             #expect((status["accounts"] as? [[String: Any]])?.first?["signed_in"] as? Bool == false, "\(status)")

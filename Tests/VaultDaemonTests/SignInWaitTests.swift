@@ -26,7 +26,7 @@ struct SignInWaitTests {
             for index in 0..<20 {
                 client.send(#"{"id":\#(index),"op":"signin.wait","flow":"\#(flow)","timeout_ms":600000}"# + "\n")
             }
-            try await poll { await signIns.waitTimers == 20 }
+            try await eventually { await signIns.waitTimers == 20 }
             #expect(await signIns.waitTimers == 20, "one timer per waiting call")
             // The flow ends: every wait is answered at once, and its timer goes with it.
             let other = try LineClient(path: vault.socketPath)
@@ -36,7 +36,7 @@ struct SignInWaitTests {
                 #expect(answer.errorCode == "flow_not_found", "\(answer)")
             }
             #expect(await signIns.count == 0)
-            try await poll { await signIns.waitTimers == 0 }
+            try await eventually { await signIns.waitTimers == 0 }
         }
     }
 
@@ -47,7 +47,7 @@ struct SignInWaitTests {
             let flow = try #require(started["flow"] as? String, "\(started)")
             let waited = try #require(await client.call(#"{"id":"w","op":"signin.wait","flow":"\#(flow)","timeout_ms":50}"#))
             #expect(waited["state"] as? String == "open_browser", "\(waited)")
-            try await poll { await vault.dispatcher.signIns.waitTimers == 0 }
+            try await eventually { await vault.dispatcher.signIns.waitTimers == 0 }
             #expect(await vault.dispatcher.signIns.count == 1, "the flow goes on")
         }
     }
@@ -62,9 +62,9 @@ struct SignInWaitTests {
             let signIns = vault.dispatcher.signIns
             let leaving = try LineClient(path: vault.socketPath)
             leaving.send(#"{"id":"w","op":"signin.wait","flow":"\#(flow)","timeout_ms":600000}"# + "\n")
-            try await poll { await signIns.waitTimers == 1 }
+            try await eventually { await signIns.waitTimers == 1 }
             shutdown(leaving.fd, Int32(SHUT_RDWR))
-            try await poll { await signIns.waitTimers == 0 }
+            try await eventually { await signIns.waitTimers == 0 }
             #expect(await signIns.count == 1, "the flow goes on")
             let waited = try #require(await client.call(#"{"id":"w2","op":"signin.wait","flow":"\#(flow)","timeout_ms":50}"#))
             #expect(waited["state"] as? String == "open_browser", "\(waited)")

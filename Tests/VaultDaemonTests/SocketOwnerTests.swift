@@ -73,10 +73,7 @@ struct SocketOwnerTests {
             #expect(python.stderr.contains("\(path) is served by uid 65534"), "\(python.stderr)")
 
             // Each of the three connected, and hung up without sending a byte.
-            let deadline = ContinuousClock.now + .seconds(20)
-            while impostor.output.components(separatedBy: "received ").count < 4, ContinuousClock.now < deadline {
-                try await Task.sleep(for: .milliseconds(10))
-            }
+            try await eventually { impostor.output.components(separatedBy: "received ").count >= 4 }
             let received = impostor.output.split(separator: "\n").filter { $0.hasPrefix("received ") }
             #expect(received == ["received 0", "received 0", "received 0"], "\(impostor.output)")
         }

@@ -588,6 +588,28 @@ func importAccount(_ name: String = "work", from issuer: TestIssuer, environment
     return refreshToken
 }
 
+/// The one wait for what happens on another process's or thread's time (a
+/// socket closing, a child exiting, a request reaching an issuer): checks
+/// `condition` every 5 ms until it holds, and fails the test (recorded, and
+/// thrown) after `seconds`. Time the vault reads is a parameter the tests
+/// move instead (`ManualClock`).
+@discardableResult
+func eventually(
+    seconds: Double = 20,
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ condition: () async throws -> Bool
+) async throws -> Bool {
+    let deadline = ContinuousClock.now + .seconds(seconds)
+    while try await !condition() {
+        guard ContinuousClock.now < deadline else {
+            Issue.record("not within \(seconds) s", sourceLocation: sourceLocation)
+            throw ToolFailure(message: "timed out")
+        }
+        try await Task.sleep(for: .milliseconds(5))
+    }
+    return true
+}
+
 /// Runs a built tool to completion, with `input` on stdin.
 struct ToolResult: Sendable {
     var status: Int32

@@ -75,11 +75,7 @@ struct TokenEngineTests {
                 for _ in 0..<50 {
                     group.addTask { try await self.token(setup).accessToken.unsafeString() }
                 }
-                let deadline = Date().addingTimeInterval(30)
-                while await setup.broker.waitingCallers(account: "work") < 50 && Date() < deadline {
-                    await Task.yield()
-                }
-                #expect(await setup.broker.waitingCallers(account: "work") == 50)
+                try await eventually { await setup.broker.waitingCallers(account: "work") == 50 }
                 setup.issuer.openGate()
                 var tokens: Set<String> = []
                 for try await token in group { tokens.insert(token) }
@@ -130,8 +126,7 @@ struct TokenEngineTests {
             AccountAddition(configuration: configuration, refreshToken: try SecretBytes(utf8: other.mintRefreshToken()))
         )
         let stuck = Task { try? await self.token(hanging) }
-        let deadline = Date().addingTimeInterval(30)
-        while await hanging.broker.waitingCallers(account: "work") < 1 && Date() < deadline { await Task.yield() }
+        try await eventually { await hanging.broker.waitingCallers(account: "work") >= 1 }
         let home = try await hanging.broker.token(TokenRequest(account: "home"), for: testPeer)
         #expect(!home.accessToken.unsafeString().isEmpty)
         #expect(await hanging.broker.waitingCallers(account: "work") == 1, "work is still waiting on its issuer")
@@ -216,9 +211,7 @@ struct TokenEngineTests {
     @Test func theHeapIsTrimmedOnceABurstOfRefreshesIsOver() async throws {
         try await using(self.setUp()) { setup in
             func trims(over count: Int) async throws -> Bool {
-                let deadline = Date().addingTimeInterval(20)
-                while setup.broker.heapTrims <= count && Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
-                return setup.broker.heapTrims > count
+                try await eventually { setup.broker.heapTrims > count }
             }
             #expect(try await trims(over: 0), "no trim followed the account's addition")
             let before = setup.broker.heapTrims
