@@ -199,17 +199,18 @@ public final class Daemon: Service, Sendable {
     /// same dispatcher, restricted to the share's grant.
     public static func dispatcher(broker: Broker, events: EventHub, clock: any WallClock, logger: Logger) -> Dispatcher {
         let signIns = SignIns(broker: broker, oidc: broker.oidc, events: events, clock: clock, logger: logger)
-        // The shares need the dispatcher they belong to, which needs them:
-        // the listener finds it here once it is made.
-        let made = Mutex<Dispatcher?>(nil)
+        // A share's dispatcher needs the shares, whose listener makes it: the
+        // listener holds them weakly, so they and the broker are not kept
+        // alive by their own listener once the daemon lets go of them.
+        let made = SharesOnce()
         let shares = Shares(
             listen: { path, grant, maximumConnections in
-                guard let dispatcher = made.withLock({ $0 }) else { throw ServerError("vaultd is still starting") }
+                guard let shares = made.shares else { throw ServerError("vaultd is stopping") }
                 var configuration = SocketServer.Configuration(path: path)
                 configuration.maximumConnections = maximumConnections
                 return try await SocketServer.start(
                     configuration,
-                    handler: dispatcher.restricted(to: grant),
+                    handler: Dispatcher(broker: broker, signIns: signIns, shares: shares, clock: clock, logger: logger).restricted(to: grant),
                     events: events,
                     observer: broker.heapTrim,
                     logger: logger
@@ -218,9 +219,8 @@ public final class Daemon: Service, Sendable {
             clock: clock,
             logger: logger
         )
-        let dispatcher = Dispatcher(broker: broker, signIns: signIns, shares: shares, clock: clock, logger: logger)
-        made.withLock { $0 = dispatcher }
-        return dispatcher
+        made.shares = shares
+        return Dispatcher(broker: broker, signIns: signIns, shares: shares, clock: clock, logger: logger)
     }
 
     /// The socket server, once `run` listens.
@@ -310,6 +310,12 @@ public final class Daemon: Service, Sendable {
 }
 
 extension SocketServer: ShareSocket {}
+
+/// The shares, for their own listener: held weakly, and set once, before
+/// any share can open, so reading it needs no lock.
+private final class SharesOnce: @unchecked Sendable {
+    weak var shares: Shares?
+}
 
 /// Tells systemd's watchdog the daemon is alive, at half its interval.
 struct WatchdogService: Service {

@@ -122,4 +122,29 @@ struct DispatcherTests {
             #expect(closed, "removing the account ends its share")
         }
     }
+
+    /// The dispatcher `Daemon` wires holds its shares, and the shares'
+    /// listener makes dispatchers for them: nothing of that keeps the shares
+    /// (and through them the broker and its secrets) alive once the
+    /// dispatcher is dropped.
+    @Test func theWiredDispatcherDoesNotKeepItselfAlive() async throws {
+        let folder = try temporaryFolder()
+        let logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+        weak var shares: Shares?
+        do {
+            let events = EventHub()
+            let broker = try Broker(
+                store: try SealedFileStore(path: folder + "/vault.sealed", keySource: .keyFile(folder + "/vault.key")),
+                directory: AccountDirectory(path: folder + "/accounts.json"),
+                keySource: .keyFile(folder + "/vault.key"),
+                oidc: OIDCClient(logger: logger),
+                events: events,
+                logger: logger
+            )
+            let dispatcher = Daemon.dispatcher(broker: broker, events: events, clock: SystemClock(), logger: logger)
+            shares = dispatcher.shares
+            #expect(shares != nil)
+        }
+        #expect(shares == nil, "the shares outlived their dispatcher")
+    }
 }
