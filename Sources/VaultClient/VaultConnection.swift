@@ -23,19 +23,11 @@ public final class VaultConnection {
         self.path = path
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw VaultError.noSocket(Self.reason()) }
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let capacity = MemoryLayout.size(ofValue: address.sun_path)
-        guard path.utf8.count < capacity else {
+        guard let address = UnixAddress(path) else {
             close(fd)
             throw VaultError.socketPathTooLong(path)
         }
-        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8)) }
-        let status = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-            }
-        }
+        let status = address.withSockaddr { connect(fd, $0, $1) }
         guard status == 0 else {
             let code = errno
             close(fd)

@@ -34,20 +34,11 @@ public enum Systemd {
         let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { return }
         defer { close(fd) }
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        var path = Array(target.utf8)
-        // A leading '@' names an abstract socket: its first byte is NUL.
-        if path.first == UInt8(ascii: "@") { path[0] = 0 }
-        let capacity = MemoryLayout.size(ofValue: address.sun_path)
-        guard path.count < capacity else { return }
-        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: path) }
-        let length = socklen_t(MemoryLayout<sa_family_t>.size + path.count + (path.first == 0 ? 0 : 1))
+        // A leading '@' names an abstract socket.
+        guard let address = UnixAddress(target, abstractAt: true) else { return }
         let bytes = Array(state.utf8)
-        _ = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
-                bytes.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT), address, length) }
-            }
+        _ = address.withSockaddr { address, length in
+            bytes.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT), address, length) }
         }
     }
 

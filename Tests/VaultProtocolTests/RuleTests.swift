@@ -1,3 +1,4 @@
+import Glibc
 import Testing
 import VaultProtocol
 
@@ -24,5 +25,22 @@ struct RuleTests {
             return
         }
         #expect(error.message == TokenRequest.minTTLRule)
+    }
+}
+
+/// A Unix socket's address is filled in one place, and never cut short.
+struct UnixAddressTests {
+    @Test func aPathThatDoesNotFitIsRefusedNotCut() {
+        #expect(UnixAddress(String(repeating: "a", count: 107)) != nil)
+        #expect(UnixAddress(String(repeating: "a", count: 108)) == nil, "108 bytes leave no room for the NUL")
+        #expect(UnixAddress("") == nil)
+    }
+
+    @Test func lengthsCountTheNULOfAPathAndNotOfAnAbstractName() {
+        let family = MemoryLayout<sa_family_t>.size
+        #expect(UnixAddress("/run/x.sock")?.withSockaddr { $1 } == socklen_t(family + 12))
+        #expect(UnixAddress("@notify", abstractAt: true)?.withSockaddr { $1 } == socklen_t(family + 7))
+        // Without abstractAt, '@' is a file name's first character.
+        #expect(UnixAddress("@notify")?.withSockaddr { $1 } == socklen_t(family + 8))
     }
 }
