@@ -43,19 +43,25 @@ struct DispatcherTests {
         func sockets() -> [FakeShareSocket] { self.opened.sockets.withLock { $0 } }
     }
 
-    func setUp() async throws -> Setup {
-        let issuer = try await TestIssuer.start()
+    static let logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+
+    /// A broker on a new vault folder (the file backend with a key file).
+    static func broker(events: EventHub) throws -> Broker {
         let folder = try temporaryFolder()
-        let logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
-        let events = EventHub()
-        let broker = try Broker(
+        return try Broker(
             store: try SealedFileStore(path: folder + "/vault.sealed", keySource: .keyFile(folder + "/vault.key")),
             directory: AccountDirectory(path: folder + "/accounts.json"),
             keySource: .keyFile(folder + "/vault.key"),
-            oidc: OIDCClient(logger: logger),
+            oidc: OIDCClient(logger: Self.logger),
             events: events,
-            logger: logger
+            logger: Self.logger
         )
+    }
+
+    func setUp() async throws -> Setup {
+        let issuer = try await TestIssuer.start()
+        let events = EventHub()
+        let broker = try Self.broker(events: events)
         try await broker.start()
         let opened = Opened()
         let shares = Shares(
@@ -64,10 +70,10 @@ struct DispatcherTests {
                 opened.sockets.withLock { $0.append(socket) }
                 return socket
             },
-            logger: logger
+            logger: Self.logger
         )
-        let signIns = SignIns(broker: broker, oidc: OIDCClient(logger: logger), events: events, logger: logger)
-        let dispatcher = Dispatcher(broker: broker, signIns: signIns, shares: shares, logger: logger)
+        let signIns = SignIns(broker: broker, oidc: OIDCClient(logger: Self.logger), events: events, logger: Self.logger)
+        let dispatcher = Dispatcher(broker: broker, signIns: signIns, shares: shares, logger: Self.logger)
         _ = try await broker.add(
             AccountAddition(
                 configuration: AccountConfiguration(name: "work", issuer: issuer.issuer, clientID: TestIssuer.clientID, scopes: ["openid"]),
@@ -128,20 +134,10 @@ struct DispatcherTests {
     /// (and through them the broker and its secrets) alive once the
     /// dispatcher is dropped.
     @Test func theWiredDispatcherDoesNotKeepItselfAlive() async throws {
-        let folder = try temporaryFolder()
-        let logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
         weak var shares: Shares?
         do {
             let events = EventHub()
-            let broker = try Broker(
-                store: try SealedFileStore(path: folder + "/vault.sealed", keySource: .keyFile(folder + "/vault.key")),
-                directory: AccountDirectory(path: folder + "/accounts.json"),
-                keySource: .keyFile(folder + "/vault.key"),
-                oidc: OIDCClient(logger: logger),
-                events: events,
-                logger: logger
-            )
-            let dispatcher = Daemon.dispatcher(broker: broker, events: events, clock: SystemClock(), logger: logger)
+            let dispatcher = Daemon.dispatcher(broker: try Self.broker(events: events), events: events, clock: SystemClock(), logger: Self.logger)
             shares = dispatcher.shares
             #expect(shares != nil)
         }
