@@ -291,6 +291,12 @@ nonisolated(unsafe) private var folderToRemove: String?
 /// Always the same second, so replies do not depend on when they ran.
 struct FixedClock: WallClock {
     func now() -> Double { 1_800_000_000 }
+
+    /// Time stands still: a sleep ends only when it is cancelled.
+    func sleep(until deadline: Double) async throws {
+        guard deadline > self.now() else { return }
+        while true { try await Task.sleep(for: .seconds(3600)) }
+    }
 }
 
 /// What the log handler rendered, so the rendering is not optimized away.

@@ -310,7 +310,7 @@ extension Broker {
         if let rotated {
             self.logger.notice("a refresh token issued after sign-out is revoked", metadata: ["account": "\(name)"])
             let oidc = self.oidc
-            Task.detached { _ = await oidc.revoke(refreshToken: rotated, client: client, metadata: metadata) }
+            self.chores.soon { _ = await oidc.revoke(refreshToken: rotated, client: client, metadata: metadata) }
         }
         return VaultError.signedOutMeanwhile(name)
     }

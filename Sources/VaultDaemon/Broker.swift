@@ -31,8 +31,10 @@ public actor Broker {
     let storeQueue = SerialQueue()
     /// Every write of accounts.json, each of the configuration as it is then.
     let directoryWrites = SerialQueue()
+    /// The work done later or beside a request, on `clock`: run by the daemon.
+    public nonisolated let chores: Chores
     /// Returns the heap's free pages after bursts of refreshes and account changes.
-    nonisolated let heapTrim = HeapTrim()
+    nonisolated let heapTrim: HeapTrim
     /// Numbers each refresh, so a finished one removes only itself.
     var refreshSerial = 0
     /// The last generation handed out; generations are unique across
@@ -88,6 +90,8 @@ public actor Broker {
         self.keySource = keySource
         self.oidc = oidc
         self.clock = clock
+        self.chores = Chores(clock: clock)
+        self.heapTrim = HeapTrim(chores: self.chores)
         self.logger = logger
         var shared = SharedText()
         for loaded in try directory.load() {

@@ -150,8 +150,18 @@ public final class Daemon: Service, Sendable {
 
     /// Serves the socket until a graceful shutdown (or, with `exitIdleAfter`,
     /// until no connection has been open that long); then stops accepting and
-    /// gives the requests under way up to 5 s to be answered.
+    /// gives the requests under way up to 5 s to be answered. The broker's
+    /// chores run beside it, and end with it.
     public func run() async throws {
+        let chores = self.broker.chores
+        try await withThrowingDiscardingTaskGroup { group in
+            group.addTask { await chores.run() }
+            defer { chores.stop() }
+            try await self.serve()
+        }
+    }
+
+    private func serve() async throws {
         defer { self.lock.withLock { $0 = nil } }
         let server: SocketServer
         do {
@@ -169,23 +179,18 @@ public final class Daemon: Service, Sendable {
         self.server.succeed(server)
         Systemd.notify("READY=1\nSTATUS=serving on \(self.configuration.socket.path) (\(self.backend.rawValue) backend)")
         if let idle = self.configuration.exitIdleAfter {
-            while !Task.isShuttingDownGracefully {
-                try? await Task.sleep(for: .seconds(1))
-                if let since = server.idleSince, ContinuousClock.now - since >= idle, await self.dispatcher.shares.isEmpty {
-                    self.logger.info("idle; exiting until the next connection")
-                    break
-                }
-            }
+            await cancelWhenGracefulShutdown { await self.untilIdle(server, for: idle) }
         } else {
             try? await gracefulShutdown()
         }
         Systemd.notify("STOPPING=1\nSTATUS=stopping")
         await self.dispatcher.shares.closeAll()
         await server.close()
-        let clock = ContinuousClock()
-        let deadline = clock.now + Self.drainLimit
-        while server.requestsInFlight > 0 && clock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(10))
+        await withTaskGroup(of: Void.self) { race in
+            race.addTask { await server.untilNoRequest() }
+            race.addTask { try? await Task.sleep(for: Self.drainLimit) }
+            await race.next()
+            race.cancelAll()
         }
         if server.requestsInFlight > 0 {
             self.logger.warning("stopping with requests unanswered", metadata: ["requests": "\(server.requestsInFlight)"])
@@ -194,11 +199,32 @@ public final class Daemon: Service, Sendable {
         server.closeConnections()
     }
 
+    /// Returns once no connection has been open for `idle` and no share is
+    /// open (or the task is cancelled): it wakes when the last connection
+    /// closes and when the time is up, never to look in between.
+    private func untilIdle(_ server: SocketServer, for idle: Duration) async {
+        let clock = self.configuration.clock
+        let seconds = Double(idle.components.seconds) + Double(idle.components.attoseconds) / 1e18
+        while !Task.isCancelled {
+            await server.untilNoConnection()
+            let accepted = server.connectionsAccepted
+            do {
+                try await clock.sleep(until: clock.now() + seconds)
+            } catch {
+                return
+            }
+            if server.connectionsAccepted == accepted, server.openConnections == 0, await self.dispatcher.shares.isEmpty {
+                self.logger.info("idle; exiting until the next connection")
+                return
+            }
+        }
+    }
+
     /// The dispatcher for `broker`, with the sign-in flows and the shares it
     /// runs; a share's socket is a socket server that answers through the
     /// same dispatcher, restricted to the share's grant.
     public static func dispatcher(broker: Broker, events: EventHub, clock: any WallClock, logger: Logger) -> Dispatcher {
-        let signIns = SignIns(broker: broker, oidc: broker.oidc, events: events, clock: clock, logger: logger)
+        let signIns = SignIns(broker: broker, oidc: broker.oidc, events: events, logger: logger)
         // A share's dispatcher needs the shares, whose listener makes it: the
         // listener holds them weakly, so they and the broker are not kept
         // alive by their own listener once the daemon lets go of them.
@@ -216,7 +242,7 @@ public final class Daemon: Service, Sendable {
                     logger: logger
                 )
             },
-            clock: clock,
+            chores: broker.chores,
             logger: logger
         )
         made.shares = shares

@@ -93,7 +93,7 @@ public struct Dispatcher: RequestHandler {
             case .hit(let result, let refreshAhead):
                 if refreshAhead {
                     let broker = self.broker
-                    Task { await broker.refreshAhead(token.account, scopes: token.scopes) }
+                    broker.chores.soon { await broker.refreshAhead(token.account, scopes: token.scopes) }
                 }
                 switch Gate.release(result, of: token.account, through: self.grant, policy: cache.policy(of:)) {
                 case .success(let released):

@@ -17,7 +17,7 @@ public actor Shares {
         let result: ShareResult
         let grant: ShareGrant
         let socket: any ShareSocket
-        let expiry: Task<Void, Never>?
+        let expiry: Chores.Ticket?
     }
 
     /// Shares at once.
@@ -27,12 +27,12 @@ public actor Shares {
 
     private var entries: [String: Entry] = [:]
     let listen: Listen
-    let clock: any WallClock
+    let chores: Chores
     let logger: Logger
 
-    public init(listen: @escaping Listen, clock: any WallClock = SystemClock(), logger: Logger) {
+    public init(listen: @escaping Listen, chores: Chores, logger: Logger) {
         self.listen = listen
-        self.clock = clock
+        self.chores = chores
         self.logger = logger
     }
 
@@ -60,13 +60,10 @@ public actor Shares {
         } catch {
             throw VaultError.shareNotOpened(error)
         }
-        let expiresAt = request.ttl.map { Seconds.int64(self.clock.now()) + Int64($0) }
+        let now = self.chores.clock.now()
+        let expiresAt = request.ttl.map { Seconds.int64(now) + Int64($0) }
         let expiry = request.ttl.map { ttl in
-            Task {
-                try? await Task.sleep(for: .seconds(ttl))
-                guard !Task.isCancelled else { return }
-                await self.end(id, reason: "expired")
-            }
+            self.chores.at(now + Double(ttl)) { await self.end(id, reason: "expired") }
         }
         let result = ShareResult(share: id, socket: socket, accounts: accounts, scopes: request.scopes, expiresAt: expiresAt)
         self.entries[id] = Entry(result: result, grant: grant, socket: server, expiry: expiry)
@@ -109,7 +106,7 @@ public actor Shares {
 
     private func end(_ id: String, reason: String) async {
         guard let entry = self.entries.removeValue(forKey: id) else { return }
-        entry.expiry?.cancel()
+        self.chores.cancel(entry.expiry)
         await entry.socket.close()
         entry.socket.closeConnections()
         self.logger.notice("share ended", metadata: ["share": "\(id)", "reason": "\(reason)"])

@@ -1,9 +1,13 @@
 import Glibc
 
-/// Unix time in seconds. A parameter of the broker so tests move time by
-/// hand instead of sleeping.
+/// The vault's time: Unix time in seconds, and a sleep until such a time.
+/// A parameter of the broker, the flows, the shares and the chores, so a
+/// test moves time by hand instead of sleeping.
 public protocol WallClock: Sendable {
     func now() -> Double
+    /// Returns once `now()` has reached `deadline`; throws when the task is
+    /// cancelled first.
+    func sleep(until deadline: Double) async throws
 }
 
 /// The system's real-time clock.
@@ -14,5 +18,14 @@ public struct SystemClock: WallClock {
         var spec = timespec()
         clock_gettime(CLOCK_REALTIME, &spec)
         return Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
+    }
+
+    public func sleep(until deadline: Double) async throws {
+        // Checked again after each sleep: the real-time clock may be set back.
+        while true {
+            let left = deadline - self.now()
+            guard left > 0 else { return }
+            try await Task.sleep(for: .nanoseconds(Int64(min(left, 86_400) * 1e9)))
+        }
     }
 }

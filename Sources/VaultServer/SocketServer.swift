@@ -130,8 +130,18 @@ public final class SocketServer: Sendable {
     /// Requests being worked on now, across all connections.
     public var requestsInFlight: Int { self.connections.inFlight }
 
-    /// Seconds since the last connection closed or request ended, when none is open now.
-    public var idleSince: ContinuousClock.Instant? { self.connections.idleSince }
+    /// Connections accepted so far, open or closed.
+    public var connectionsAccepted: Int { self.connections.acceptedSoFar }
+
+    /// Returns once no connection is open, or the task is cancelled.
+    public func untilNoConnection() async {
+        await self.connections.untilNoConnection()
+    }
+
+    /// Returns once no request is in flight, or the task is cancelled.
+    public func untilNoRequest() async {
+        await self.connections.untilNoRequest()
+    }
 
     /// Stops accepting and removes the socket file it made (not systemd's,
     /// and not whatever another program put at the path since).
@@ -229,12 +239,15 @@ final class OpenChannels: Sendable {
 }
 
 /// Open connections, counted so a flood of them is answered `overloaded`,
-/// and requests in flight, counted so a stop can let them finish.
+/// and requests in flight, counted so a stop can let them finish; each count
+/// tells whoever waits for it when it falls to zero.
 final class ConnectionCount: Sendable {
     private let count = Atomic<Int>(0)
+    private let accepted = Atomic<Int>(0)
     private let requests = Atomic<Int>(0)
     private let held = Atomic<Int>(0)
-    private let lastQuiet = Mutex<ContinuousClock.Instant>(.now)
+    private let noConnection = ZeroWaiters()
+    private let noRequest = ZeroWaiters()
     let maximumHeldBytes: Int
 
     init(maximumHeldBytes: Int) {
@@ -249,13 +262,14 @@ final class ConnectionCount: Sendable {
     }
 
     func admit(limit: Int) -> Bool {
+        self.accepted.wrappingAdd(1, ordering: .relaxed)
         let now = self.count.wrappingAdd(1, ordering: .relaxed).newValue
         return now <= limit
     }
 
     func release() {
         if self.count.wrappingSubtract(1, ordering: .relaxed).newValue == 0 {
-            self.lastQuiet.withLock { $0 = .now }
+            self.noConnection.wake()
         }
     }
 
@@ -264,15 +278,64 @@ final class ConnectionCount: Sendable {
     }
 
     func finished() {
-        self.requests.wrappingSubtract(1, ordering: .relaxed)
+        if self.requests.wrappingSubtract(1, ordering: .relaxed).newValue == 0 {
+            self.noRequest.wake()
+        }
     }
 
     var current: Int { self.count.load(ordering: .relaxed) }
     var inFlight: Int { self.requests.load(ordering: .relaxed) }
+    /// Connections accepted so far, open or closed.
+    var acceptedSoFar: Int { self.accepted.load(ordering: .relaxed) }
 
-    /// When the last connection closed, if none is open now.
-    var idleSince: ContinuousClock.Instant? {
-        self.current == 0 ? self.lastQuiet.withLock { $0 } : nil
+    /// Returns once no connection is open, or the task is cancelled.
+    func untilNoConnection() async {
+        await self.noConnection.wait { self.current == 0 }
+    }
+
+    /// Returns once no request is in flight, or the task is cancelled.
+    func untilNoRequest() async {
+        await self.noRequest.wait { self.inFlight == 0 }
+    }
+}
+
+/// Tasks waiting for a count to fall to zero.
+private final class ZeroWaiters: Sendable {
+    private struct State {
+        var next = 0
+        var waiting: [Int: CheckedContinuation<Void, Never>] = [:]
+    }
+
+    private let state = Mutex(State())
+
+    /// Returns at once when `isZero`, else at the next `wake` or cancellation.
+    func wait(isZero: @Sendable () -> Bool) async {
+        let ticket = self.state.withLock { state -> Int in
+            state.next += 1
+            return state.next
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                // Checked under the lock `wake` takes: a count that falls to
+                // zero after this finds the continuation in place.
+                let now = self.state.withLock { state -> Bool in
+                    if isZero() || Task.isCancelled { return true }
+                    state.waiting[ticket] = continuation
+                    return false
+                }
+                if now { continuation.resume() }
+            }
+        } onCancel: {
+            self.state.withLock { $0.waiting.removeValue(forKey: ticket) }?.resume()
+        }
+    }
+
+    func wake() {
+        let waiting = self.state.withLock { state in
+            defer { state.waiting = [:] }
+            return state.waiting.values
+        }
+        for continuation in waiting { continuation.resume() }
     }
 }
 

@@ -70,6 +70,7 @@ struct DispatcherTests {
                 opened.sockets.withLock { $0.append(socket) }
                 return socket
             },
+            chores: broker.chores,
             logger: Self.logger
         )
         let signIns = SignIns(broker: broker, oidc: OIDCClient(logger: Self.logger), events: events, logger: Self.logger)

@@ -10,7 +10,7 @@ import Testing
 @Suite(.timeLimit(.minutes(1)))
 struct LoopbackListenerTests {
     private func start(deadline: TimeAmount = .seconds(60), maximum: Int = 4) async throws -> (LoopbackListener, Int) {
-        let listener = try await LoopbackListener.start(fixed: nil, requestDeadline: deadline, maximumConnections: maximum) { _ in
+        let listener = try await LoopbackListener.start(fixed: nil, requestDeadline: deadline, maximumConnections: maximum, chores: runningChores) { _ in
             .init(status: .ok, title: "Signed in", message: "ok", done: true)
         }
         return (listener, try #require(URLComponents(string: listener.redirectURI)?.port))
@@ -50,7 +50,7 @@ struct LoopbackListenerTests {
     /// The answer that ends the flow closes the listener while its own page is being written: that page still arrives.
     @Test func theAnswerThatEndsTheFlowStillGetsItsPage() async throws {
         let box = ListenerBox()
-        let listener = try await LoopbackListener.start(fixed: nil) { _ in
+        let listener = try await LoopbackListener.start(fixed: nil, chores: runningChores) { _ in
             box.listener?.close()
             return .init(status: .ok, title: "Signed in", message: "done", done: true)
         }
@@ -72,7 +72,7 @@ private final class ListenerBox: @unchecked Sendable {
 struct LoopbackListenerOwnerTests {
     @Test(.enabled(if: getuid() == 0, "needs root to connect as another user"))
     func anotherUsersConnectionsAreClosedAndTheUsersRedirectGetsThrough() async throws {
-        let listener = try await LoopbackListener.start(fixed: nil, requestDeadline: .seconds(60), maximumConnections: 4) { _ in
+        let listener = try await LoopbackListener.start(fixed: nil, requestDeadline: .seconds(60), maximumConnections: 4, chores: runningChores) { _ in
             .init(status: .ok, title: "Signed in", message: "ok", done: true)
         }
         defer { listener.close() }

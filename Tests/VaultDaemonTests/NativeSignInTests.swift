@@ -143,13 +143,25 @@ struct NativeSignInTests {
         }
     }
 
+    /// The flow's deadline passes with nobody asking: its chore ends it, and
+    /// subscribers hear why. Read after its deadline but before the chore ran,
+    /// a flow answers `code_expired` (`anExpiredFlowAnswersCodeExpired...`).
     @Test func aFlowLeftAloneExpiresByItself() async throws {
         try await using(self.setUp()) { setup in
+            let subscriber = try LineClient(path: setup.vault.socketPath)
+            #expect(await subscriber.call(#"{"id":1,"op":"subscribe","accounts":["work"]}"#)?["ok"] as? Bool == true)
             let flow = try #require(try await self.start(setup)["flow"] as? String)
-            setup.clock.advance(by: 601)
-            let code = try #require(setup.issuer.lastCode(for: Self.email))
-            #expect(try await self.submit(setup, flow, code).errorCode == "code_expired")
+            setup.clock.advance(by: 599)
+            setup.clock.advance(by: 2)
+            var ended: [String: Any]?
+            while ended == nil, let event = await subscriber.readObject() {
+                if event["event"] as? String == "signin", event["step"] as? String == "error" { ended = event }
+            }
+            #expect(ended?["flow"] as? String == flow)
+            #expect(ended?["code"] as? String == "code_expired", "\(ended ?? [:])")
             #expect(await setup.vault.dispatcher.signIns.count == 0, "nothing of the flow is left")
+            let code = try #require(setup.issuer.lastCode(for: Self.email))
+            #expect(try await self.submit(setup, flow, code).errorCode == "flow_not_found")
         }
     }
 

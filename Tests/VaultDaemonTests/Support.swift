@@ -113,11 +113,7 @@ extension DaemonProcess: Stoppable {
     /// exited `seconds` later.
     func terminate(within seconds: Double) async -> Int32? {
         if self.isRunning { kill(self.pid, SIGTERM) }
-        let exited = await blocking {
-            let deadline = Date().addingTimeInterval(seconds)
-            while self.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
-            return !self.isRunning
-        }
+        let exited = (try? await within(seconds: seconds) { !self.isRunning }) ?? false
         if !exited { kill(self.pid, SIGKILL) }
         let status = await self.waitForExit()
         return exited ? status : nil
@@ -193,14 +189,19 @@ struct InProcessVault: Stoppable {
     /// fork to its exec, the lock's too (close-on-exec closes it only at exec).
     /// So "another vaultd holds" is tried again until a deadline.
     private static func open(_ configuration: Daemon.Configuration, logger: Logger) async throws -> Daemon {
-        let deadline = ContinuousClock.now + .seconds(5)
-        while true {
+        var daemon: Daemon?
+        var held: StoreError?
+        _ = try await within(seconds: 5) {
             do {
-                return try await Daemon(configuration, logger: logger)
-            } catch let error as StoreError where error.message.hasPrefix("another vaultd holds") && ContinuousClock.now < deadline {
-                try await Task.sleep(for: .milliseconds(10))
+                daemon = try await Daemon(configuration, logger: logger)
+                return true
+            } catch let error as StoreError where error.message.hasPrefix("another vaultd holds") {
+                held = error
+                return false
             }
         }
+        guard let daemon else { throw held ?? ToolFailure(message: "the vault did not open") }
+        return daemon
     }
 
     /// Stops serving, as vaultd does on SIGTERM, and waits until it has; the
@@ -258,27 +259,66 @@ final class Shared<Value: Sendable>: Sendable {
 let testPeer = Peer(pid: getpid(), uid: getuid(), gid: getgid(), executable: "/usr/bin/test-companion")
 
 /// A clock the test moves by hand.
-final class ManualClock: WallClock, @unchecked Sendable {
-    private let lock = NSLock()
-    private var seconds: Double
+final class ManualClock: WallClock, Sendable {
+    private struct State {
+        var seconds: Double
+        var next = 0
+        var sleepers: [Int: (deadline: Double, continuation: CheckedContinuation<Void, any Error>)] = [:]
+    }
+
+    private let state: Mutex<State>
 
     /// Starts at the real time, so tokens signed by a test issuer are current.
     init(_ seconds: Double = Date().timeIntervalSince1970) {
-        self.seconds = seconds
+        self.state = Mutex(State(seconds: seconds))
     }
 
     func now() -> Double {
-        self.lock.lock()
-        defer { self.lock.unlock() }
-        return self.seconds
+        self.state.withLock { $0.seconds }
     }
 
+    /// Moves time on, and wakes every sleep whose deadline it reached.
     func advance(by delta: Double) {
-        self.lock.lock()
-        self.seconds += delta
-        self.lock.unlock()
+        let woken = self.state.withLock { state in
+            state.seconds += delta
+            let due = state.sleepers.filter { $0.value.deadline <= state.seconds }
+            for key in due.keys { state.sleepers[key] = nil }
+            return due.values.map(\.continuation)
+        }
+        for continuation in woken { continuation.resume() }
+    }
+
+    /// Sleeps now waiting for the clock to move.
+    var sleepers: Int { self.state.withLock { $0.sleepers.count } }
+
+    func sleep(until deadline: Double) async throws {
+        let ticket = self.state.withLock { state -> Int in
+            state.next += 1
+            return state.next
+        }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let now = self.state.withLock { state -> Result<Void, any Error>? in
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    if deadline <= state.seconds { return .success(()) }
+                    state.sleepers[ticket] = (deadline, continuation)
+                    return nil
+                }
+                if let now { continuation.resume(with: now) }
+            }
+        } onCancel: {
+            self.state.withLock { $0.sleepers.removeValue(forKey: ticket) }?.continuation.resume(throwing: CancellationError())
+        }
     }
 }
+
+/// Chores on the real clock, run as long as the test process: for parts
+/// tested without a daemon around them.
+let runningChores: Chores = {
+    let chores = Chores(clock: SystemClock())
+    Task.detached { await chores.run() }
+    return chores
+}()
 
 /// The package's root folder, for its scripts.
 let packageRoot: String = {
@@ -499,19 +539,12 @@ final class DaemonProcess: @unchecked Sendable {
         return info._sifields._sigchld.si_pid != self.pid
     }
 
-    /// Polls the log, with a deadline, until it contains `text` or the
-    /// daemon has exited.
+    /// Waits, with a deadline, until the log contains `text` or the daemon
+    /// has exited; whether it contains `text`.
     @discardableResult
     func waitForLog(_ text: String, seconds: Double = 30) async -> Bool {
-        await blocking {
-            let deadline = Date().addingTimeInterval(seconds)
-            while Date() < deadline {
-                if self.output.contains(text) { return true }
-                if !self.isRunning { return self.output.contains(text) }
-                Thread.sleep(forTimeInterval: 0.01)
-            }
-            return false
-        }
+        _ = try? await within(seconds: seconds) { self.output.contains(text) || !self.isRunning }
+        return self.output.contains(text)
     }
 
     /// Waits for the process to end (an event: its exit) and returns its
@@ -599,12 +632,19 @@ func eventually(
     sourceLocation: SourceLocation = #_sourceLocation,
     _ condition: () async throws -> Bool
 ) async throws -> Bool {
+    guard try await within(seconds: seconds, condition) else {
+        Issue.record("not within \(seconds) s", sourceLocation: sourceLocation)
+        throw ToolFailure(message: "timed out")
+    }
+    return true
+}
+
+/// `eventually`'s loop, for a caller that handles the timeout itself:
+/// whether `condition` held within `seconds`.
+func within(seconds: Double, _ condition: () async throws -> Bool) async throws -> Bool {
     let deadline = ContinuousClock.now + .seconds(seconds)
     while try await !condition() {
-        guard ContinuousClock.now < deadline else {
-            Issue.record("not within \(seconds) s", sourceLocation: sourceLocation)
-            throw ToolFailure(message: "timed out")
-        }
+        guard ContinuousClock.now < deadline else { return false }
         try await Task.sleep(for: .milliseconds(5))
     }
     return true

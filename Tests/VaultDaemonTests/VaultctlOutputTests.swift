@@ -84,16 +84,13 @@ struct VaultctlOutputTests {
 
         /// Every record a fake wrote, once `count` of them are there.
         func records(count: Int, seconds: Double = 20) async throws -> [[String: Any]] {
-            let deadline = Date().addingTimeInterval(seconds)
-            while true {
-                let names = try FileManager.default.contentsOfDirectory(atPath: self.records).filter { $0.hasSuffix(".json") }
-                if names.count >= count || Date() > deadline {
-                    return try names.sorted().map { name in
-                        let data = try Data(contentsOf: URL(fileURLWithPath: self.records + "/" + name))
-                        return try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
-                    }
-                }
-                try await Task.sleep(for: .milliseconds(20))
+            func names() throws -> [String] {
+                try FileManager.default.contentsOfDirectory(atPath: self.records).filter { $0.hasSuffix(".json") }
+            }
+            _ = try await within(seconds: seconds) { try names().count >= count }
+            return try names().sorted().map { name in
+                let data = try Data(contentsOf: URL(fileURLWithPath: self.records + "/" + name))
+                return try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
             }
         }
     }

@@ -39,13 +39,8 @@ struct VaultctlSignInTests {
 
         /// Polls the screen, with a deadline, until it shows `text`.
         func waitFor(_ text: String, seconds: Double = 20) async throws -> String {
-            let deadline = Date().addingTimeInterval(seconds)
             var shown = ""
-            while Date() < deadline {
-                shown = try await self.screen()
-                if shown.contains(text) { return shown }
-                try await Task.sleep(for: .milliseconds(50))
-            }
+            if try await within(seconds: seconds, { shown = try await self.screen(); return shown.contains(text) }) { return shown }
             Issue.record("the terminal never showed '\(text)'; it shows:\n\(shown)")
             return shown
         }

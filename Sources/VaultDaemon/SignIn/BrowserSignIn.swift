@@ -14,7 +14,7 @@ extension SignIns {
         let box = RequestBox()
         let listener: LoopbackListener
         do {
-            listener = try await LoopbackListener.start(fixed: context.configuration.redirectURI) { query in
+            listener = try await LoopbackListener.start(fixed: context.configuration.redirectURI, chores: self.chores) { query in
                 await self.browserAnswered(id, query: query, request: box)
             }
         } catch {

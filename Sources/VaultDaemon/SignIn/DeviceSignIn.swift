@@ -2,8 +2,8 @@ import VaultOIDC
 import VaultProtocol
 
 /// The device driver (RFC 8628): the device authorization at start, then
-/// one polling task per flow, with the client and metadata kept on the flow,
-/// until the user approves, declines, or the code expires.
+/// one poll at a time, each a chore on the vault's clock, until the user
+/// approves, declines, or the code expires.
 extension SignIns {
     func startDevice(_ id: String, _ context: SignInContext) async throws(VaultError) -> SignInResult {
         let name = context.name
@@ -19,43 +19,49 @@ extension SignIns {
         result.verificationURIComplete = device.verificationURIComplete
         result.userCode = device.userCode
         result.interval = device.interval
-        let task = Task { await self.poll(id, device: device, context: context) }
-        self.advance(id, to: .device(task: task, result: result), lifetime: Double(device.expiresIn))
+        self.advance(id, to: .device(result: result), lifetime: Double(device.expiresIn))
+        self.schedulePoll(id, device: device, context: context, polling: DevicePolling(interval: device.interval))
         self.emit(id, .awaitingDevice)
         return self.result(id, .deviceCode)
     }
 
-    /// Polls the token endpoint as RFC 8628 §3.5 asks, until the user
-    /// approves, declines, or the code expires.
-    private func poll(_ id: String, device: DeviceAuthorization, context: SignInContext) async {
-        let name = context.name
-        var polling = DevicePolling(interval: device.interval)
-        while true {
+    /// The flow's next poll, `polling.interval` from now, as a chore.
+    private func schedulePoll(_ id: String, device: DeviceAuthorization, context: SignInContext, polling: DevicePolling) {
+        guard self.flows[id] != nil else { return }
+        self.setPoll(id, self.chores.after(Double(polling.interval)) {
+            await self.poll(id, device: device, context: context, polling: polling)
+        })
+    }
+
+    /// Polls the token endpoint once, as RFC 8628 §3.5 asks, and ends the
+    /// flow when the user approved or declined or the code expired; else
+    /// schedules the next poll.
+    private func poll(_ id: String, device: DeviceAuthorization, context: SignInContext, polling: DevicePolling) async {
+        guard let flow = self.flows[id], flow.outcome == nil else { return }
+        self.setPoll(id, nil)
+        var polling = polling
+        let outcome: Result<SignInResult, VaultError>
+        do throws(VaultError) {
+            let response: TokenResponse
             do {
-                try await Task.sleep(for: .seconds(polling.interval))
+                response = try await self.oidc.pollDevice(device, client: context.client, metadata: context.metadata)
             } catch {
-                return
-            }
-            guard let flow = self.flows[id], flow.outcome == nil else { return }
-            let outcome: Result<SignInResult, VaultError>
-            do throws(VaultError) {
-                let response: TokenResponse
-                do {
-                    response = try await self.oidc.pollDevice(device, client: context.client, metadata: context.metadata)
-                } catch {
-                    guard let failure = polling.next(after: error, account: name) else { continue }
-                    throw failure
+                guard let failure = polling.next(after: error, account: context.name) else {
+                    self.schedulePoll(id, device: device, context: context, polling: polling)
+                    return
                 }
-                let username = try await self.broker.completeSignIn(context, response: response, nonce: nil)
-                var result = SignInResult(flow: id, state: .signedIn, account: name, method: .device)
-                result.username = username
-                outcome = .success(result)
-            } catch {
-                outcome = .failure(error)
+                throw failure
             }
-            self.settle(id, outcome)
-            return
+            // Cancelled or expired while the issuer answered: nothing is kept.
+            guard let now = self.flows[id], now.outcome == nil else { return }
+            let username = try await self.broker.completeSignIn(context, response: response, nonce: nil)
+            var result = SignInResult(flow: id, state: .signedIn, account: context.name, method: .device)
+            result.username = username
+            outcome = .success(result)
+        } catch {
+            outcome = .failure(error)
         }
+        self.settle(id, outcome)
     }
 }
 

@@ -43,6 +43,7 @@ final class LoopbackListener: Sendable {
         fixed: String?,
         requestDeadline: TimeAmount = .seconds(5),
         maximumConnections: Int = 16,
+        chores: Chores,
         handle: @escaping Handler
     ) async throws -> LoopbackListener {
         var host = "127.0.0.1"
@@ -77,7 +78,7 @@ final class LoopbackListener: Sendable {
                 return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
                     try channel.pipeline.syncOperations.addHandler(
-                        CallbackHandler(path: expectedPath, deadline: deadline, handle: handle) {
+                        CallbackHandler(path: expectedPath, deadline: deadline, chores: chores, handle: handle) {
                             connections.answering(channel)
                         }
                     )
@@ -154,17 +155,21 @@ private final class CallbackHandler: ChannelInboundHandler, Sendable {
 
     let path: String
     let deadline: Scheduled<Void>
+    /// The answer is worked out as a chore of the vault's.
+    let chores: Chores
     let handle: LoopbackListener.Handler
     let answering: @Sendable () -> Void
 
     init(
         path: String,
         deadline: Scheduled<Void>,
+        chores: Chores,
         handle: @escaping LoopbackListener.Handler,
         answering: @escaping @Sendable () -> Void
     ) {
         self.path = path
         self.deadline = deadline
+        self.chores = chores
         self.handle = handle
         self.answering = answering
     }
@@ -195,8 +200,9 @@ private final class CallbackHandler: ChannelInboundHandler, Sendable {
             query[item.name] = item.value ?? ""
         }
         let handle = self.handle
-        Task {
-            let verdict = await handle(query)
+        let answer = query
+        self.chores.soon {
+            let verdict = await handle(answer)
             Self.respond(channel, verdict)
         }
     }

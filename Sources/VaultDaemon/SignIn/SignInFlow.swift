@@ -21,9 +21,11 @@ extension SignIns {
         /// How browser and device flows ended, for `signin.wait`.
         var outcome: Result<SignInResult, VaultError>?
         var waiters: [Int: Waiter] = [:]
-        /// The timer that ends the flow, and the deadline it was set for.
-        var expiry: Task<Void, Never>?
+        /// The chore that ends the flow, and the deadline it was set for.
+        var expiry: Chores.Ticket?
         var expiryDeadline: Double?
+        /// A device flow's next poll.
+        var poll: Chores.Ticket?
     }
 
     enum Step {
@@ -33,14 +35,14 @@ extension SignIns {
         case nativePassword(NativePassword)
         case passwordGrant(username: String)
         case browser(listener: LoopbackListener, result: SignInResult)
-        case device(task: Task<Void, Never>, result: SignInResult)
+        case device(result: SignInResult)
     }
 
-    /// A caller waiting for the flow's next state, and the one timer that
+    /// A caller waiting for the flow's next state, and the one chore that
     /// answers it when it waited long enough (nil: until the state changes).
     struct Waiter {
         var continuation: CheckedContinuation<Void, Never>
-        var timer: Task<Void, Never>?
+        var timer: Chores.Ticket?
     }
 
     // MARK: Results
@@ -51,7 +53,7 @@ extension SignIns {
         }
         var result: SignInResult
         switch flow.step {
-        case .browser(_, let stored), .device(_, let stored): result = stored
+        case .browser(_, let stored), .device(let stored): result = stored
         default: result = SignInResult(flow: id, state: state, account: flow.account, method: flow.method)
         }
         result.state = state

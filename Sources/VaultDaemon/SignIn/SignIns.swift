@@ -34,19 +34,20 @@ public actor SignIns {
     let oidc: OIDCClient
     let events: any EventSink
     let clock: any WallClock
+    /// Expiries, `signin.wait` timeouts and device polls run here.
+    let chores: Chores
     let logger: Logger
     /// Written only in this file; the drivers read it and change a flow
     /// through the functions below.
     private(set) var flows: [String: Flow] = [:]
     private var nextWaiter = 0
-    /// `signin.wait` timers still running (one per waiting call at most).
-    public private(set) var waitTimers = 0
 
-    public init(broker: Broker, oidc: OIDCClient, events: any EventSink, clock: any WallClock = SystemClock(), logger: Logger) {
+    public init(broker: Broker, oidc: OIDCClient, events: any EventSink, logger: Logger) {
         self.broker = broker
         self.oidc = oidc
         self.events = events
-        self.clock = clock
+        self.clock = broker.chores.clock
+        self.chores = broker.chores
         self.logger = logger
         broker.signInFlows.attach(self)
     }
@@ -172,7 +173,7 @@ public actor SignIns {
         flow.waiters = [:]
         self.flows[id] = flow
         self.schedule(id, at: flow.expiresAt)
-        Self.answer(waiters)
+        self.answer(waiters)
     }
 
     /// The flow's step changes in place; `expiresAt`, when given, moves its
@@ -184,6 +185,12 @@ public actor SignIns {
             self.flows[id]?.expiresAt = expiresAt
             self.schedule(id, at: expiresAt)
         }
+    }
+
+    /// A device flow's next poll, cancelled when the flow ends.
+    func setPoll(_ id: String, _ ticket: Chores.Ticket?) {
+        guard self.flows[id] != nil else { return self.chores.cancel(ticket) }
+        self.flows[id]?.poll = ticket
     }
 
     /// When the flow's timer will end it, by the vault's clock; for tests.
@@ -254,7 +261,7 @@ public actor SignIns {
         case .success: self.emit(id, .done)
         case .failure(let error): self.emit(id, .error, code: error.code)
         }
-        Self.answer(waiters)
+        self.answer(waiters)
     }
 
     private func deliver(_ id: String, _ outcome: Result<SignInResult, VaultError>) throws(VaultError) -> SignInResult {
@@ -287,13 +294,10 @@ public actor SignIns {
     /// Forgets the flow and every secret it held; tells subscribers `step`.
     func end(_ id: String, step: SignInStep?) {
         guard let flow = self.flows.removeValue(forKey: id) else { return }
-        flow.expiry?.cancel()
-        switch flow.step {
-        case .browser(let listener, _): listener.close()
-        case .device(let task, _): task.cancel()
-        default: break
-        }
-        Self.answer(flow.waiters)
+        self.chores.cancel(flow.expiry)
+        self.chores.cancel(flow.poll)
+        if case .browser(let listener, _) = flow.step { listener.close() }
+        self.answer(flow.waiters)
         if let step { self.emit(flow, step) }
     }
 
@@ -304,19 +308,21 @@ public actor SignIns {
         self.schedule(flow.id, at: flow.expiresAt)
     }
 
-    /// Ends the flow at `deadline` unless something ends it first.
+    /// Ends the flow at `deadline` unless something ends it first. This
+    /// chore is how a flow expires; a flow read after its deadline, before
+    /// the chore has run, is expired by the same `expire` then.
     private func schedule(_ id: String, at deadline: Double) {
-        self.flows[id]?.expiry?.cancel()
+        guard self.flows[id] != nil else { return }
+        self.chores.cancel(self.flows[id]?.expiry)
         self.flows[id]?.expiryDeadline = deadline
-        let delay = max(0, deadline - self.clock.now())
-        self.flows[id]?.expiry = Task {
-            do {
-                try await Task.sleep(for: .milliseconds(Int(delay * 1000)))
-            } catch {
-                return
-            }
-            self.expire(id)
-        }
+        self.flows[id]?.expiry = self.chores.at(deadline) { await self.expire(id, at: deadline) }
+    }
+
+    /// The expiry chore for `deadline`: it does nothing when the flow has
+    /// ended or its deadline moved since.
+    private func expire(_ id: String, at deadline: Double) {
+        guard self.flows[id]?.expiryDeadline == deadline else { return }
+        self.expire(id)
     }
 
     private func expire(_ id: String) {
@@ -355,31 +361,30 @@ public actor SignIns {
         } onCancel: {
             // The caller went away (its connection closed). This runs after
             // the waiter is in place: the actor is busy with `park` until then.
-            Task { await self.wake(id, ticket) }
+            self.chores.soon { await self.wake(id, ticket) }
         }
     }
 
-    /// Wakes one waiter before its time, and stops its timer.
+    /// Wakes one waiter, before its time or at it, and stops its timer.
     private func wake(_ id: String, _ ticket: Int) {
         guard let waiter = self.flows[id]?.waiters.removeValue(forKey: ticket) else { return }
-        waiter.timer?.cancel()
+        self.chores.cancel(waiter.timer)
         waiter.continuation.resume()
     }
 
-    private func timer(waking id: String, _ ticket: Int, after seconds: Double) -> Task<Void, Never> {
-        self.waitTimers += 1
-        return Task {
-            if (try? await Task.sleep(for: .milliseconds(Int(seconds * 1000)))) != nil {
-                self.flows[id]?.waiters.removeValue(forKey: ticket)?.continuation.resume()
-            }
-            self.waitTimers -= 1
-        }
+    private func timer(waking id: String, _ ticket: Int, after seconds: Double) -> Chores.Ticket {
+        self.chores.after(seconds) { await self.wake(id, ticket) }
+    }
+
+    /// `signin.wait` timers set (one per waiting call at most); for tests.
+    public var waitTimers: Int {
+        self.flows.values.reduce(0) { $0 + $1.waiters.values.count { $0.timer != nil } }
     }
 
     /// Wakes every waiter in `waiters` and stops their timers.
-    private static func answer(_ waiters: [Int: Waiter]) {
+    private func answer(_ waiters: [Int: Waiter]) {
         for waiter in waiters.values {
-            waiter.timer?.cancel()
+            self.chores.cancel(waiter.timer)
             waiter.continuation.resume()
         }
     }

@@ -1,0 +1,149 @@
+import Synchronization
+
+/// The vault's work that answers no request of its own: a flow's or a
+/// share's end, a `signin.wait` timeout, a device poll, a refresh ahead of
+/// expiry, a heap trim. Each is a chore due at a time on the vault's clock.
+/// `run`, part of the daemon's service, sleeps until the next chore is due
+/// and runs it as a child of its task group: nothing outlives the daemon,
+/// and a test moves its clock instead of waiting for real time.
+///
+/// A chore not yet begun can be cancelled by its ticket. One under way runs
+/// to its end, so each chore checks what it acts on when it begins (the flow
+/// or share may have ended). When the daemon stops, the chores not begun
+/// are dropped and those under way are cancelled.
+public final class Chores: Sendable {
+    public struct Ticket: Hashable, Sendable {
+        fileprivate let number: UInt64
+    }
+
+    private struct Chore {
+        let due: Double
+        let work: @Sendable () async -> Void
+    }
+
+    private struct State {
+        var next: UInt64 = 0
+        var pending: [UInt64: Chore] = [:]
+        /// Whether a chore came or went since `run` last looked.
+        var changed = false
+        var stopped = false
+        var wake: CheckedContinuation<Void, Never>?
+        /// Chores begun and not yet ended.
+        var running = 0
+    }
+
+    let clock: any WallClock
+    private let state = Mutex(State())
+
+    public init(clock: any WallClock) {
+        self.clock = clock
+    }
+
+    /// Runs `work` once the clock reaches `due`.
+    @discardableResult
+    public func at(_ due: Double, _ work: @escaping @Sendable () async -> Void) -> Ticket {
+        let (ticket, wake) = self.state.withLock { state in
+            state.next += 1
+            state.pending[state.next] = Chore(due: due, work: work)
+            state.changed = true
+            return (Ticket(number: state.next), state.wake.take())
+        }
+        wake?.resume()
+        return ticket
+    }
+
+    /// Runs `work` `seconds` from now.
+    @discardableResult
+    public func after(_ seconds: Double, _ work: @escaping @Sendable () async -> Void) -> Ticket {
+        self.at(self.clock.now() + seconds, work)
+    }
+
+    /// Runs `work` as soon as `run` gets to it.
+    @discardableResult
+    public func soon(_ work: @escaping @Sendable () async -> Void) -> Ticket {
+        self.at(-.infinity, work)
+    }
+
+    /// Drops the chore if it has not begun.
+    public func cancel(_ ticket: Ticket?) {
+        guard let ticket else { return }
+        self.state.withLock { _ = $0.pending.removeValue(forKey: ticket.number) }
+    }
+
+    /// Chores not yet begun; for tests.
+    public var pending: Int { self.state.withLock { $0.pending.count } }
+
+    /// Whether no chore is due now and none is under way: a test that moved
+    /// the clock waits for this.
+    public var isQuiet: Bool {
+        let now = self.clock.now()
+        return self.state.withLock { state in
+            state.running == 0 && !state.pending.values.contains { $0.due <= now }
+        }
+    }
+
+    /// Runs the chores as they fall due, until `stop` or cancellation; then
+    /// cancels those under way and returns once they have ended.
+    public func run() async {
+        await withDiscardingTaskGroup { group in
+            while !Task.isCancelled {
+                let now = self.clock.now()
+                let (due, next, stopped) = self.state.withLock { state in
+                    state.changed = false
+                    let due = state.pending.filter { $0.value.due <= now }.sorted { $0.key < $1.key }
+                    for (number, _) in due { state.pending[number] = nil }
+                    state.running += due.count
+                    return (due.map(\.value.work), state.pending.values.map(\.due).min(), state.stopped)
+                }
+                if stopped { break }
+                for work in due {
+                    group.addTask {
+                        await work()
+                        self.state.withLock { $0.running -= 1 }
+                    }
+                }
+                await self.sleep(until: next)
+            }
+            group.cancelAll()
+        }
+    }
+
+    /// Ends `run`: no chore begins after this.
+    public func stop() {
+        let wake = self.state.withLock { state in
+            state.stopped = true
+            state.pending = [:]
+            return state.wake.take()
+        }
+        wake?.resume()
+    }
+
+    /// Until `deadline` (nil: none), a change to the chores, or cancellation.
+    private func sleep(until deadline: Double?) async {
+        await withTaskGroup(of: Void.self) { race in
+            if let deadline {
+                race.addTask { try? await self.clock.sleep(until: deadline) }
+            }
+            race.addTask { await self.change() }
+            await race.next()
+            race.cancelAll()
+        }
+    }
+
+    private func change() async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let now = self.state.withLock { state -> Bool in
+                    // Checked under the lock the cancellation handler takes:
+                    // a cancellation before this line finds no continuation.
+                    if state.changed || state.stopped || Task.isCancelled { return true }
+                    state.wake = continuation
+                    return false
+                }
+                if now { continuation.resume() }
+            }
+        } onCancel: {
+            self.state.withLock { $0.wake.take() }?.resume()
+        }
+    }
+}
