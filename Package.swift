@@ -194,17 +194,86 @@ let package = Package(
         .testTarget(name: "VaultCryptoTests", dependencies: ["VaultCrypto"], swiftSettings: strict),
         .testTarget(name: "VaultStoreTests", dependencies: ["VaultStore", "VaultCrypto"], swiftSettings: strict),
         .testTarget(name: "VaultProtocolTests", dependencies: ["VaultProtocol", "VaultCrypto", "VaultJSON"], swiftSettings: strict),
+        .target(
+            name: "VaultTestKit",
+            dependencies: [
+                "VaultClient",
+                "VaultDaemon",
+                "VaultOIDC",
+                "VaultProtocol",
+                "VaultServer",
+                "VaultStore",
+                "VaultTestIssuer",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Tests/Support/VaultTestKit",
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "VaultServerTests",
+            dependencies: [
+                "VaultClient",
+                "VaultCrypto",
+                "VaultDaemon",
+                "VaultProtocol",
+                "VaultServer",
+                "VaultTestIssuer",
+                "VaultTestKit",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "VaultOIDCTests",
+            dependencies: [
+                "VaultCrypto",
+                "VaultJSON",
+                "VaultOIDC",
+                "VaultProtocol",
+            ],
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "VaultctlTests",
+            dependencies: [
+                "VaultClient",
+                "VaultCrypto",
+                "VaultDaemon",
+                "VaultProtocol",
+                "VaultServer",
+                "VaultTestIssuer",
+                "VaultTestKit",
+            ],
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "VaultdTests",
+            dependencies: [
+                "VaultCrypto",
+                "VaultStore",
+                "VaultTestIssuer",
+                "VaultTestKit",
+            ],
+            swiftSettings: strict
+        ),
         .testTarget(
             name: "VaultDaemonTests",
             dependencies: [
-                "VaultServer",
+                "VaultCrypto",
+                "VaultDaemon",
                 "VaultJSON",
-                "VaultDaemon", "VaultStore", "VaultProtocol", "VaultClient", "VaultCrypto", "VaultOIDC",
+                "VaultOIDC",
+                "VaultProtocol",
+                "VaultServer",
+                "VaultStore",
                 "VaultTestIssuer",
+                "VaultTestKit",
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strict
         ),

@@ -69,8 +69,9 @@ public final class VaultConnection {
         if self.fd >= 0 { close(self.fd) }
     }
 
-    /// Hands the socket to another owner (the async client).
-    func detach() -> Int32 {
+    /// Hands the socket to another owner (the async client, the tests' raw
+    /// line client).
+    package func detach() -> Int32 {
         defer { self.fd = -1 }
         return self.fd
     }

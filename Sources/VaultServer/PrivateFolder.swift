@@ -77,9 +77,4 @@ public enum PrivateFolder {
         }
     }
 
-    /// The folder `path` is in ("." for a bare name).
-    static func parent(of path: String) -> String {
-        guard let slash = path.lastIndex(of: "/") else { return "." }
-        return slash == path.startIndex ? "/" : String(path[..<slash])
-    }
 }

@@ -346,7 +346,7 @@ enum SocketPreparation {
         guard path.utf8.count < 108 else {
             throw ServerError("the socket path \(path) is longer than the 107 bytes a Unix socket allows")
         }
-        let folder = PrivateFolder.parent(of: path)
+        let folder = FilePaths.folder(of: path)
         try PrivateFolder.check(folder.hasPrefix("/") ? folder : Self.currentDirectory() + "/" + folder, role: "the socket's folder")
         var info = stat()
         guard lstat(path, &info) == 0 else { return }

@@ -1,4 +1,5 @@
 import Glibc
+import VaultProtocol
 
 /// The few file operations the vault needs, done the durable way.
 public enum FileSystem {
@@ -15,7 +16,10 @@ public enum FileSystem {
     }
 
     /// Creates `path` and its parents, and makes sure the folder itself is
-    /// the user's and mode 0700. Only for tokenvault's own folders.
+    /// the user's and mode 0700. Only for tokenvault's own folders, once
+    /// `PrivateFolder.check` has found the path to them trustworthy: this
+    /// makes the vault's own folder private; that refuses a path another
+    /// user could change, which vaultd cannot and must not repair.
     public static func ensurePrivateDirectory(_ path: String) throws(StoreError) {
         try Self.createDirectories(path)
         var info = stat()
@@ -122,9 +126,9 @@ public enum FileSystem {
         guard fsync(fd) == 0 else { throw StoreError(.io, "cannot flush \(directory) to disk: \(Self.reason())") }
     }
 
+    /// The folder `path` is in (`FilePaths.folder(of:)`).
     public static func directory(of path: String) -> String {
-        guard let slash = path.lastIndex(of: "/") else { return "." }
-        return slash == path.startIndex ? "/" : String(path[..<slash])
+        FilePaths.folder(of: path)
     }
 
     static func reason() -> String { String(cString: strerror(errno)) }

@@ -2,6 +2,7 @@ import Synchronization
 import Testing
 
 @testable import VaultDaemon
+import VaultTestKit
 
 /// The vault's chores: run when the clock reaches them, in the order they
 /// were asked for, never once cancelled, and never after the daemon stops.

@@ -8,6 +8,7 @@ import VaultProtocol
 import VaultServer
 import VaultStore
 import VaultTestIssuer
+import VaultTestKit
 
 /// The broker's promises where the scheduler decides: one refresh token,
 /// one spender; nothing survives a sign-out that lands at a suspension

@@ -9,6 +9,7 @@ import VaultProtocol
 import VaultServer
 import VaultStore
 import VaultTestIssuer
+import VaultTestKit
 
 /// The dispatcher alone, without a socket: a broker on a vault in a folder,
 /// and a share listener that opens nothing and records what it was asked.

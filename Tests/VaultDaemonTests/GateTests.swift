@@ -5,6 +5,7 @@ import VaultCrypto
 import VaultDaemon
 import VaultProtocol
 import VaultTestIssuer
+import VaultTestKit
 
 /// The one gate (Gate.swift): what each door of the vault lets out. Each
 /// test is a way a share served more than it granted before the gate.

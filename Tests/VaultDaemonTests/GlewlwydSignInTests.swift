@@ -4,6 +4,7 @@ import Logging
 import Testing
 import VaultDaemon
 import VaultOIDC
+import VaultTestKit
 
 /// Browser, device and password sign-in against Glewlwyd, a real OpenID
 /// provider; the test plays the user through its login and consent API.

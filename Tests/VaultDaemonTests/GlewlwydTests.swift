@@ -7,6 +7,7 @@ import VaultOIDC
 import VaultJSON
 import VaultProtocol
 import VaultStore
+import VaultTestKit
 
 /// The token engine against Glewlwyd, a real OpenID provider written by
 /// others, started for each test on 127.0.0.1 with a fresh database.

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 
 @testable import VaultDaemon
+import VaultTestKit
 
 /// When vaultd gives the C heap's free pages back.
 @Suite(.timeLimit(.minutes(1)))

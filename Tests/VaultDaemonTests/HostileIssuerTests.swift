@@ -5,6 +5,7 @@ import VaultCrypto
 import VaultDaemon
 import VaultProtocol
 import VaultTestIssuer
+import VaultTestKit
 
 /// Issuers that fail or lie. For each: no crash and no hang, a clear error
 /// code, the cached token keeps being served, and the account recovers once

@@ -8,6 +8,7 @@ import VaultDaemon
 import VaultOIDC
 import VaultProtocol
 import VaultTestIssuer
+import VaultTestKit
 
 /// What a hostile issuer, or a hostile local user at the browser sign-in's
 /// listener, may try: redirects that carry secrets away, numbers that trap,

@@ -4,6 +4,7 @@ import NIOCore
 import NIOHTTP1
 import Testing
 @testable import VaultDaemon
+import VaultTestKit
 
 /// The browser sign-in's redirect listener, alone: its cap, its request
 /// deadline, and that close() ends every connection, not just the listening one.

@@ -4,6 +4,7 @@ import VaultCrypto
 import VaultDaemon
 import VaultProtocol
 import VaultTestIssuer
+import VaultTestKit
 
 /// Email one-time passcode and native password sign-in (MSAL native
 /// authentication) against the project's test issuer, through the socket:

@@ -5,6 +5,7 @@ import VaultCrypto
 import VaultDaemon
 import VaultProtocol
 import VaultTestIssuer
+import VaultTestKit
 
 /// `vaultctl share`: an extra socket that serves only named accounts'
 /// tokens, used as a forwarded socket through a real OpenSSH and ended by

@@ -1,6 +1,7 @@
 import Testing
 import VaultDaemon
 import VaultTestIssuer
+import VaultTestKit
 
 /// An account's sign-ins in progress end when it is signed out or removed:
 /// the broker ends them, first, whichever way the sign-out comes.

@@ -2,6 +2,7 @@ import Glibc
 import Testing
 import VaultDaemon
 import VaultTestIssuer
+import VaultTestKit
 
 /// `signin.wait` over the socket: each wait has one timer, and a wait that is
 /// answered before its timeout leaves nothing running behind it.

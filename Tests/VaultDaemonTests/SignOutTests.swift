@@ -5,6 +5,7 @@ import VaultDaemon
 import VaultProtocol
 import VaultStore
 import VaultTestIssuer
+import VaultTestKit
 
 /// Sign-out wipes every copy: at the issuer, on disk, in memory, and in
 /// every companion that subscribed.

@@ -6,6 +6,7 @@ import VaultDaemon
 import VaultProtocol
 import VaultStore
 import VaultTestIssuer
+import VaultTestKit
 
 /// A vault whose disk is full or read-only: each failure is its own error
 /// and exit code, `status` says the vault cannot be written until a write

@@ -7,6 +7,7 @@ import VaultProtocol
 import VaultServer
 import VaultStore
 import VaultTestIssuer
+import VaultTestKit
 
 /// The broker against the project's own test issuer, for what a real
 /// provider will not do on demand: hold requests, fail, lie.

@@ -8,6 +8,7 @@ import VaultOIDC
 import VaultProtocol
 import VaultServer
 import VaultTestIssuer
+import VaultTestKit
 
 /// What vaultd trusts: ID tokens only once validated, loopback only by
 /// address, and files only where no other user can write.

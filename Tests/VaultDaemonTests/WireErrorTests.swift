@@ -4,6 +4,7 @@ import Testing
 import VaultOIDC
 import VaultProtocol
 import VaultStore
+import VaultTestKit
 
 /// The map from failures to wire errors (WireErrors.swift): every error a
 /// person can meet says what happened and what to run next, and the lower

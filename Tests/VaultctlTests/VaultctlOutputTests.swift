@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import Testing
 import VaultTestIssuer
+import VaultTestKit
 
 /// What vaultctl shows and starts: nothing secret on another program's
 /// command line (every user reads /proc/PID/cmdline), nothing from an issuer

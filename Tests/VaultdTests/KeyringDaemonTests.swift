@@ -4,6 +4,7 @@ import Testing
 import VaultCrypto
 import VaultStore
 import VaultTestIssuer
+import VaultTestKit
 
 /// vaultd with a real Secret Service: gnome-keyring, headless, on a private
 /// session bus (Tests/Support/keyring/session.sh), checked with secret-tool.

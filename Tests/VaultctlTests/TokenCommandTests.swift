@@ -4,6 +4,7 @@ import VaultClient
 import VaultCrypto
 import VaultProtocol
 import VaultTestIssuer
+import VaultTestKit
 
 /// `vaultctl token` and friends, and the async client, against a live vaultd.
 @Suite(.timeLimit(.minutes(1)))

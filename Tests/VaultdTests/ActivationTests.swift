@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Testing
+import VaultTestKit
 
 /// vaultd under systemd: socket activation and sd_notify, with systemd's
 /// own systemd-socket-activate and a datagram socket standing in for the

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import VaultTestIssuer
+import VaultTestKit
 
 /// vaultctl's hot commands (`token`, `exec`, `git-credential`,
 /// `exec-credential`) are parsed by hand before ArgumentParser starts. The

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import VaultTestKit
 
 /// Which backend holds the secrets, and moving them between backends.
 @Suite(.timeLimit(.minutes(1)))

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import VaultTestKit
 
 /// scripts/install.sh puts everything where the units and the shells look.
 @Suite(.timeLimit(.minutes(1)))

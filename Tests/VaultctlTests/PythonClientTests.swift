@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import VaultTestIssuer
+import VaultTestKit
 
 /// clients/tokenvault.py, the stdlib-only Python client companions copy,
 /// against a live vaultd.

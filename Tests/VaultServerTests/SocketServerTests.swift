@@ -4,6 +4,7 @@ import NIOCore
 import Testing
 import VaultProtocol
 import VaultServer
+import VaultTestKit
 
 @Suite(.timeLimit(.minutes(1)))
 struct SocketServerTests {

@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Testing
+import VaultTestKit
 
 /// vaultd maps libsecret and GLib only once the keyring backend talks to a
 /// Secret Service: a daemon on the sealed file carries none of them

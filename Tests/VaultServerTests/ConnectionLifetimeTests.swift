@@ -4,6 +4,7 @@ import Testing
 import VaultDaemon
 import VaultServer
 import VaultTestIssuer
+import VaultTestKit
 
 /// What a connection's requests do once it closes.
 @Suite(.timeLimit(.minutes(1)))

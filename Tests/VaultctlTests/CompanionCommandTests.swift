@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import VaultTestIssuer
+import VaultTestKit
 
 /// `vaultctl exec` and `vaultctl git-credential` against a live vaultd, the
 /// latter driven by the real git.

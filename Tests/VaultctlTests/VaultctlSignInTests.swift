@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import VaultTestIssuer
+import VaultTestKit
 
 /// `vaultctl signin` as a person and a script use it, against a live vaultd.
 @Suite(.timeLimit(.minutes(1)))

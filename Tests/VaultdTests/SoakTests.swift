@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import VaultTestKit
 
 /// A short run of Tests/Soak/soak.sh: vaultd with three accounts on Glewlwyd's
 /// rotating client, clients asking them for mixed scope sets with a small

@@ -3,6 +3,7 @@ import Glibc
 import Testing
 import VaultClient
 import VaultProtocol
+import VaultTestKit
 
 /// Who owns the socket: clients send nothing to a server of another user,
 /// and vaultd serves only from a folder no other user can change.

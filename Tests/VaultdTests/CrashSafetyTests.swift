@@ -3,6 +3,7 @@ import Glibc
 import Testing
 import VaultCrypto
 import VaultStore
+import VaultTestKit
 
 /// vaultd killed with SIGKILL in the middle of its refresh cycle, against
 /// Glewlwyd with a rotating client (every refresh spends the refresh token

@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Testing
+import VaultTestKit
 
 /// vaultd and vaultctl as a user runs them: real executables, real files.
 @Suite(.timeLimit(.minutes(2)))

@@ -8,6 +8,7 @@ import VaultDaemon
 import VaultProtocol
 import VaultServer
 import VaultTestIssuer
+import VaultTestKit
 
 /// Local clients that misbehave: each one gets nothing it should not, and
 /// everyone else keeps being served.

@@ -5,6 +5,7 @@ import VaultCrypto
 import VaultDaemon
 import VaultProtocol
 import VaultTestIssuer
+import VaultTestKit
 
 /// `vaultctl exec-credential` as kubectl's exec credential plugin: the real
 /// kubectl against an HTTPS stand-in for an API server that accepts only

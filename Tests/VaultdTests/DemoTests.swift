@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import VaultTestKit
 
 /// scripts/demo.sh as a newcomer runs it, with the binaries this suite built:
 /// it starts a provider and vaultd and signs `demo` in; a token can be had;

@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Testing
+import VaultTestKit
 
 /// The user units in systemd/, checked offline with systemd's own tools: no
 /// user manager runs here, so `systemd-analyze` loads the unit files as a

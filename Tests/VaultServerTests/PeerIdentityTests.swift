@@ -5,6 +5,7 @@ import Testing
 import VaultProtocol
 @testable import VaultServer
 import VaultTestIssuer
+import VaultTestKit
 
 /// What vaultd learns of a peer at accept, and how it writes it down.
 @Suite(.timeLimit(.minutes(1)))

@@ -8,6 +8,7 @@ import VaultDaemon
 import VaultProtocol
 import VaultServer
 import VaultTestIssuer
+import VaultTestKit
 
 /// What a companion program sees: events as an AsyncSequence, and a token
 /// copy that goes away when the account signs out.

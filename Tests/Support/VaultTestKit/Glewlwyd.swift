@@ -1,0 +1,66 @@
+import Foundation
+
+/// Glewlwyd, a third-party OpenID provider, started on 127.0.0.1 from
+/// demo/glewlwyd with a fresh database for one test.
+package struct Glewlwyd {
+    package let folder: String
+    package let env: [String: String]
+    package var issuer: String { self.env["GLEWLWYD_ISSUER"] ?? "" }
+
+    package static func start(accessTokenSeconds: Int = 3) async throws -> Glewlwyd {
+        let folder = try temporaryFolder()
+        let started = try await runTool(
+            packageRoot + "/demo/glewlwyd/start.sh",
+            [folder],
+            environment: ["GLEWLWYD_ACCESS_TOKEN_SECONDS": String(accessTokenSeconds)]
+        )
+        guard started.status == 0 else { throw ToolFailure(message: "glewlwyd did not start: \(started.stderr)") }
+        var env: [String: String] = [:]
+        for line in try String(contentsOfFile: folder + "/env", encoding: .utf8).split(separator: "\n") {
+            guard let equals = line.firstIndex(of: "=") else { continue }
+            env[String(line[..<equals])] = String(line[line.index(after: equals)...]).trimmingCharacters(in: CharacterSet(charactersIn: "'"))
+        }
+        return Glewlwyd(folder: folder, env: env)
+    }
+
+    package func stop() async {
+        _ = try? await runTool(packageRoot + "/demo/glewlwyd/stop.sh", [self.folder])
+    }
+
+    /// Runs `body` with a fresh provider and stops it afterwards, whatever happens.
+    package static func with(accessTokenSeconds: Int = 3, _ body: (Glewlwyd) async throws -> Void) async throws {
+        let provider = try await Glewlwyd.start(accessTokenSeconds: accessTokenSeconds)
+        do {
+            try await body(provider)
+        } catch {
+            await provider.stop()
+            throw error
+        }
+        await provider.stop()
+    }
+
+    /// Signs `ada` in headlessly and returns the token response.
+    package func login(client: String, secret: String? = nil, grant: String = "code") async throws -> [String: Any] {
+        var arguments = [
+            "--issuer", self.issuer, "--client-id", client, "--grant", grant,
+            "--username", "ada", "--password", "correct horse",
+            "--scope", "openid offline_access profile email",
+        ]
+        if let secret { arguments += ["--client-secret", secret] }
+        let result = try await runTool(packageRoot + "/demo/glewlwyd/login.py", arguments)
+        guard result.status == 0,
+            let object = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
+        else { throw ToolFailure(message: "login failed: \(result.stderr)") }
+        return object
+    }
+
+    /// Revokes a token at the provider (RFC 7009).
+    package func revoke(_ token: String, client: String, secret: String) async throws {
+        let result = try await runTool(
+            packageRoot + "/demo/glewlwyd/introspect.py",
+            ["--issuer", self.issuer, "--client-id", client, "--client-secret", secret, "--revoke"],
+            input: token
+        )
+        guard result.status == 0 else { throw ToolFailure(message: "revoke failed: \(result.stderr)") }
+    }
+}
