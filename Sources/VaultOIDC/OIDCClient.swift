@@ -311,7 +311,7 @@ public actor OIDCClient {
         let timeout = timeout ?? self.configuration.timeout
         let deadline = NIODeadline.now() + timeout
         let (http, limit) = (self.http, self.configuration.maximumBodyBytes)
-        let reply: Reply
+        var reply: Reply
         do {
             reply = try await withThrowingTaskGroup(of: Reply?.self) { group in
                 group.addTask {
@@ -320,14 +320,7 @@ public actor OIDCClient {
                         // Nothing of a redirect's body is read; its Location is kept for the error.
                         return Reply(status: response.status.code, body: [], location: response.headers.first(name: "Location"))
                     }
-                    let buffer = try await response.body.collect(upTo: limit)
-                    // Wiped in place, not through a copy-on-write copy: a
-                    // one-chunk body is a slice of the connection's own read
-                    // buffer, which nothing reads once the body is collected.
-                    let bytes = buffer.withUnsafeReadableBytes { read in
-                        defer { secureZero(UnsafeMutableRawBufferPointer(mutating: read)) }
-                        return [UInt8](read)
-                    }
+                    let bytes = try await Self.read(response.body, upTo: limit)
                     // In place, not through a copy-on-write copy: no one reads it any more.
                     sent?.withUnsafeReadableBytes { secureZero(UnsafeMutableRawBufferPointer(mutating: $0)) }
                     return Reply(
@@ -359,6 +352,14 @@ public actor OIDCClient {
             self.logger.debug("issuer unreachable", metadata: ["url": "\(Self.redacted(url))", "error": "\(type(of: error))"])
             throw .unavailable(reason: "the issuer could not be reached (\(type(of: error)))", retryAfterSeconds: nil)
         }
+        // The body came out of a child task, whose own reference to it may be
+        // let go only after this point: an in-place wipe by the caller would
+        // then wipe a copy-on-write copy and free this one whole. So the
+        // caller gets a copy of its own, and this one is wiped where it is.
+        let shared = reply.body
+        // From a pointer: `[UInt8](shared)` would share the storage, not copy it.
+        reply.body = shared.withUnsafeBufferPointer { [UInt8]($0) }
+        shared.withUnsafeBytes { secureZero(UnsafeMutableRawBufferPointer(mutating: $0)) }
         if (300..<400).contains(reply.status) {
             let location = Self.redacted(reply.location ?? "nowhere")
             self.logger.warning("issuer redirected; not followed", metadata: ["url": "\(Self.redacted(url))", "status": "\(reply.status)"])
@@ -367,6 +368,32 @@ public actor OIDCClient {
             )
         }
         return reply
+    }
+
+    /// The body, each chunk copied out and then wiped in place, not through
+    /// a copy-on-write copy: a chunk is a slice of the connection's own read
+    /// buffer, which nothing reads once it has been handed on. The pieces
+    /// are joined into one array of the exact size, so no array grown on the
+    /// way leaves a copy behind, and wiped.
+    private static func read(_ body: HTTPClientResponse.Body, upTo limit: Int) async throws -> [UInt8] {
+        var pieces: [[UInt8]] = []
+        defer { for index in pieces.indices { pieces[index].secureZero() } }
+        var total = 0
+        for try await chunk in body {
+            total += chunk.readableBytes
+            pieces.append(
+                chunk.withUnsafeReadableBytes { read in
+                    defer { secureZero(UnsafeMutableRawBufferPointer(mutating: read)) }
+                    return [UInt8](read)
+                }
+            )
+            if total > limit { throw NIOTooManyBytesError(maxBytes: limit) }
+        }
+        if pieces.count == 1 { return pieces.removeLast() }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(total)
+        for piece in pieces { bytes += piece }
+        return bytes
     }
 
     /// `url` without its query or fragment, which may carry a token.
