@@ -141,6 +141,7 @@ extension Broker {
         // application's, stays with the account).
         wipe.secrets.refreshToken?.wipe()
         wipe.secrets.idToken?.wipe()
+        wipe.secrets.dpopKey?.wipe()
         self.logger.notice(
             "signed out",
             metadata: ["account": "\(name)", "revoked": "\(revoked.rawValue)", "wiped": "\(wipe.wiped.map(\.rawValue))", "notified": "\(wipe.notified)"]

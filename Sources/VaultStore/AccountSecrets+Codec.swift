@@ -7,6 +7,7 @@ extension AccountSecrets {
         case refreshToken = 1
         case clientSecret = 2
         case idToken = 3
+        case dpopKey = 4
     }
 
     private var fields: [(UInt8, SecretBytes)] {
@@ -14,6 +15,7 @@ extension AccountSecrets {
         if let refreshToken { fields.append((Tag.refreshToken.rawValue, refreshToken)) }
         if let clientSecret { fields.append((Tag.clientSecret.rawValue, clientSecret)) }
         if let idToken { fields.append((Tag.idToken.rawValue, idToken)) }
+        if let dpopKey { fields.append((Tag.dpopKey.rawValue, dpopKey)) }
         for field in self.unknownFields { fields.append((field.tag, field.value)) }
         return fields
     }
@@ -72,6 +74,7 @@ extension AccountSecrets {
                 case .refreshToken: secrets.refreshToken = value
                 case .clientSecret: secrets.clientSecret = value
                 case .idToken: secrets.idToken = value
+                case .dpopKey: secrets.dpopKey = value
                 case nil:
                     // A field from a newer version: authenticated, kept unread, written back.
                     secrets.unknownFields.removeAll { $0.tag == tag }

@@ -7,6 +7,10 @@ public struct AccountSecrets: Sendable, Equatable {
     public var refreshToken: SecretBytes?
     public var clientSecret: SecretBytes?
     public var idToken: SecretBytes?
+    /// The grant's DPoP key, as `DPoPKey.sealed` writes it (its algorithm,
+    /// then its secret key): the refresh token is bound to it, so it rests
+    /// and goes with the refresh token.
+    public var dpopKey: SecretBytes?
     /// Fields of a newer tokenvault, by tag: kept, unread, and written back
     /// as they were, so an older vaultd that rewrites a record loses nothing.
     public var unknownFields: [UnknownField] = []
@@ -16,13 +20,21 @@ public struct AccountSecrets: Sendable, Equatable {
         public var value: SecretBytes
     }
 
-    public init(refreshToken: SecretBytes? = nil, clientSecret: SecretBytes? = nil, idToken: SecretBytes? = nil) {
+    public init(
+        refreshToken: SecretBytes? = nil,
+        clientSecret: SecretBytes? = nil,
+        idToken: SecretBytes? = nil,
+        dpopKey: SecretBytes? = nil
+    ) {
         self.refreshToken = refreshToken
         self.clientSecret = clientSecret
         self.idToken = idToken
+        self.dpopKey = dpopKey
     }
 
-    public var isEmpty: Bool { self.refreshToken == nil && self.clientSecret == nil && self.idToken == nil }
+    public var isEmpty: Bool {
+        self.refreshToken == nil && self.clientSecret == nil && self.idToken == nil && self.dpopKey == nil
+    }
 }
 
 /// Where account secrets rest. Every method may block on disk or D-Bus, so

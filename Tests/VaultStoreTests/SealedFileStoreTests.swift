@@ -156,6 +156,21 @@ import VaultCrypto
     }
 
     /// Fields of a newer version are kept through a rewrite by this one.
+    /// A DPoP key rests in the refresh token's record (tag 4), sealed with it,
+    /// and a record without one reads as before.
+    @Test func aDPoPKeyRestsWithItsRefreshToken() async throws {
+        var secrets = try self.secrets("rt-1")
+        secrets.dpopKey = try SecretBytes(copying: [1] + Array(repeating: 7, count: 64))
+        let store = try self.keyFileStore()
+        try await store.save(secrets, for: "work")
+        let loaded = try #require(try await self.keyFileStore().load("work"))
+        #expect(loaded == secrets)
+        #expect(loaded.unknownFields.isEmpty)
+        #expect(!loaded.isEmpty)
+        #expect(try await self.keyFileStore().remove("work"))
+        #expect(AccountSecrets(dpopKey: try SecretBytes(copying: [1])).isEmpty == false, "a key alone is something to remove")
+    }
+
     @Test func fieldsOfANewerVersionAreKept() async throws {
         // refresh token "rt", then tag 9 (unknown here) holding "dpop-key".
         let plaintext: [UInt8] = [1, 0, 0, 0, 2] + Array("rt".utf8) + [9, 0, 0, 0, 8] + Array("dpop-key".utf8)
