@@ -42,8 +42,11 @@ public final class Chores: Sendable {
     /// Runs `work` once the clock reaches `due`.
     @discardableResult
     public func at(_ due: Double, _ work: @escaping @Sendable () async -> Void) -> Ticket {
-        let (ticket, wake) = self.state.withLock { state in
+        let (ticket, wake) = self.state.withLock { state -> (Ticket, CheckedContinuation<Void, Never>?) in
             state.next += 1
+            // After `stop`, nothing would run it: it is not kept either, nor
+            // what it holds.
+            guard !state.stopped else { return (Ticket(number: state.next), nil) }
             state.pending[state.next] = Chore(due: due, work: work)
             state.changed = true
             return (Ticket(number: state.next), state.wake.take())
