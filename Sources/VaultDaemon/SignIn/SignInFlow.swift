@@ -1,3 +1,4 @@
+import Synchronization
 import VaultCrypto
 import VaultProtocol
 
@@ -41,8 +42,32 @@ extension SignIns {
     /// A caller waiting for the flow's next state, and the one chore that
     /// answers it when it waited long enough (nil: until the state changes).
     struct Waiter {
-        var continuation: CheckedContinuation<Void, Never>
+        var resume: ResumeOnce
         var timer: Chores.Ticket?
+    }
+
+    /// A waiter's continuation, resumed once by whichever comes first: its
+    /// answer, its timer, or its caller's cancellation (which cannot wait
+    /// for the actor).
+    final class ResumeOnce: Sendable {
+        private let state = Mutex<(continuation: CheckedContinuation<Void, Never>?, done: Bool)>((nil, false))
+
+        /// Holds `continuation` until `resume`; resumes it at once if that came first.
+        func set(_ continuation: CheckedContinuation<Void, Never>) {
+            let already = self.state.withLock { state -> Bool in
+                if state.done { return true }
+                state.continuation = continuation
+                return false
+            }
+            if already { continuation.resume() }
+        }
+
+        func resume() {
+            self.state.withLock { state -> CheckedContinuation<Void, Never>? in
+                state.done = true
+                return state.continuation.take()
+            }?.resume()
+        }
     }
 
     // MARK: Results

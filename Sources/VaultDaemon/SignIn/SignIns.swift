@@ -349,6 +349,7 @@ public actor SignIns {
     private func park(_ id: String, timeout seconds: Double?) async {
         let ticket = self.nextWaiter
         self.nextWaiter += 1
+        let once = ResumeOnce()
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 guard self.flows[id] != nil, !Task.isCancelled else {
@@ -356,11 +357,14 @@ public actor SignIns {
                     return
                 }
                 let timer = seconds.map { self.timer(waking: id, ticket, after: $0) }
-                self.flows[id]?.waiters[ticket] = Waiter(continuation: continuation, timer: timer)
+                self.flows[id]?.waiters[ticket] = Waiter(resume: once, timer: timer)
+                once.set(continuation)
             }
         } onCancel: {
-            // The caller went away (its connection closed). This runs after
-            // the waiter is in place: the actor is busy with `park` until then.
+            // The caller went away (its connection closed): answered here, on
+            // whatever thread cancels, whether or not the chores still run;
+            // the waiter's entry and timer go with the next chore.
+            once.resume()
             self.chores.soon { await self.wake(id, ticket) }
         }
     }
@@ -369,7 +373,7 @@ public actor SignIns {
     private func wake(_ id: String, _ ticket: Int) {
         guard let waiter = self.flows[id]?.waiters.removeValue(forKey: ticket) else { return }
         self.chores.cancel(waiter.timer)
-        waiter.continuation.resume()
+        waiter.resume.resume()
     }
 
     private func timer(waking id: String, _ ticket: Int, after seconds: Double) -> Chores.Ticket {
@@ -385,7 +389,7 @@ public actor SignIns {
     private func answer(_ waiters: [Int: Waiter]) {
         for waiter in waiters.values {
             self.chores.cancel(waiter.timer)
-            waiter.continuation.resume()
+            waiter.resume.resume()
         }
     }
 
