@@ -142,9 +142,61 @@ public actor OIDCClient {
     ) async throws(ProviderError) -> TokenResponse {
         var (body, headers) = self.authenticated(fields, client: client, metadata: metadata)
         defer { body.secureZero() }
-        var reply = try await self.send(url: metadata.tokenEndpoint, method: .POST, headers: headers, body: body)
-        defer { reply.body.secureZero() }
-        return try TokenResponseParser.parse(status: reply.status, body: &reply.body, retryAfter: reply.retryAfter)
+        guard let key = client.dpop else {
+            var reply = try await self.send(url: metadata.tokenEndpoint, method: .POST, headers: headers, body: body)
+            defer { reply.body.secureZero() }
+            return try TokenResponseParser.parse(status: reply.status, body: &reply.body, retryAfter: reply.retryAfter)
+        }
+        // RFC 9449 §5 and §8: a proof for the token endpoint's URL as
+        // discovery names it, with the issuer's nonce for this client when
+        // it gave one; a `use_dpop_nonce` answer with a new nonce is tried
+        // once more, with the same code or refresh token, which the issuer
+        // did not spend on the first try.
+        guard let target = DPoPTarget(method: "POST", url: metadata.tokenEndpoint) else {
+            throw .untrusted(reason: "the token endpoint is not a URL a DPoP proof can name")
+        }
+        let nonceKey = target.origin + " " + client.clientID
+        var retried = false
+        while true {
+            let sentNonce = self.dpopNonces[nonceKey]
+            var proved = headers
+            do {
+                proved.add(name: "DPoP", value: try key.proof(for: target, issuedAt: Self.unixNow(), nonce: sentNonce))
+            } catch {
+                throw .unavailable(reason: "no DPoP proof could be made (\(type(of: error)))", retryAfterSeconds: nil)
+            }
+            var reply = try await self.send(url: metadata.tokenEndpoint, method: .POST, headers: proved, body: body)
+            defer { reply.body.secureZero() }
+            if let nonce = reply.dpopNonce { self.remember(nonce, for: nonceKey) }
+            do {
+                return try TokenResponseParser.parse(status: reply.status, body: &reply.body, retryAfter: reply.retryAfter, proved: true)
+            } catch .rejected(error: "use_dpop_nonce", _) where !retried && reply.dpopNonce != nil && reply.dpopNonce != sentNonce {
+                retried = true
+            }
+        }
+    }
+
+    /// Server nonces for DPoP proofs (RFC 9449 §8), by origin and client id:
+    /// the last `DPoP-Nonce` each issuer sent, on any answer, 200s included.
+    private var dpopNonces: [String: String] = [:]
+
+    private func remember(_ nonce: String, for key: String) {
+        if self.dpopNonces[key] == nil, self.dpopNonces.count >= 256 { self.dpopNonces.removeAll() }
+        self.dpopNonces[key] = nonce
+    }
+
+    /// Whole seconds of Unix time, rounded down: a proof's `iat` is never ahead.
+    static func unixNow() -> Int64 {
+        Int64(Date().timeIntervalSince1970.rounded(.down))
+    }
+
+    /// A `DPoP-Nonce` header's value if it is one (RFC 9449 §8.1: `NQCHAR`s,
+    /// here at most 512 of them); an issuer's other bytes are not sent back.
+    static func dpopNonce(_ value: String?) -> String? {
+        guard let value, !value.isEmpty, value.utf8.count <= 512,
+            value.utf8.allSatisfy({ $0 == 0x21 || (0x23...0x5B).contains($0) || (0x5D...0x7E).contains($0) })
+        else { return nil }
+        return value
     }
 
     /// A form body with client authentication (RFC 6749 §2.3.1): HTTP Basic
@@ -286,6 +338,8 @@ public actor OIDCClient {
         var maxAge: Int?
         /// A redirect's `Location`.
         var location: String?
+        /// The issuer's `DPoP-Nonce`, when it sent a well-formed one.
+        var dpopNonce: String?
     }
 
     /// One exchange with the issuer. Its deadline covers everything, the
@@ -327,7 +381,8 @@ public actor OIDCClient {
                         status: response.status.code,
                         body: bytes,
                         retryAfter: IssuerNumber.retryAfter(response.headers.first(name: "Retry-After")),
-                        maxAge: IssuerNumber.maxAge(response.headers[canonicalForm: "Cache-Control"])
+                        maxAge: IssuerNumber.maxAge(response.headers[canonicalForm: "Cache-Control"]),
+                        dpopNonce: Self.dpopNonce(response.headers.first(name: "DPoP-Nonce"))
                     )
                 }
                 group.addTask {

@@ -10,6 +10,9 @@ public struct ProviderMetadata: Hashable, Sendable, Codable {
     public var deviceAuthorizationEndpoint: String?
     public var introspectionEndpoint: String?
     public var tokenEndpointAuthMethodsSupported: [String]?
+    /// The algorithms the issuer takes DPoP proofs in (RFC 9449 §5.1); nil:
+    /// the issuer does not do DPoP.
+    public var dpopSigningAlgValuesSupported: [String]?
 
     public init(issuer: String, tokenEndpoint: String) {
         self.issuer = issuer
@@ -27,6 +30,7 @@ public struct ProviderMetadata: Hashable, Sendable, Codable {
         case deviceAuthorizationEndpoint = "device_authorization_endpoint"
         case introspectionEndpoint = "introspection_endpoint"
         case tokenEndpointAuthMethodsSupported = "token_endpoint_auth_methods_supported"
+        case dpopSigningAlgValuesSupported = "dpop_signing_alg_values_supported"
     }
 
     /// Every endpoint tokenvault may call, for the https-or-loopback check.

@@ -65,7 +65,8 @@ extension OIDCClient {
         clientID: String,
         redirectURI: String,
         scopes: [String],
-        loginHint: String? = nil
+        loginHint: String? = nil,
+        dpopThumbprint: String? = nil
     ) throws(ProviderError) -> AuthorizationRequest {
         guard let endpoint = metadata.authorizationEndpoint else {
             throw .rejected(error: "unsupported", description: "the issuer has no authorization endpoint")
@@ -88,6 +89,8 @@ extension OIDCClient {
             ("code_challenge", challenge), ("code_challenge_method", "S256"),
         ]
         if let loginHint { fields.append(("login_hint", loginHint)) }
+        // RFC 9449 §10: the code is bound to the key that will redeem it.
+        if let dpopThumbprint { fields.append(("dpop_jkt", dpopThumbprint)) }
         let query = String(decoding: FormEncoding.encode(fields), as: UTF8.self)
         let verifier: SecretBytes
         do {

@@ -34,9 +34,13 @@ public struct TokenResponse: Sendable {
 public struct ClientCredentials: Sendable {
     public var clientID: String
     public var secret: SecretBytes?
+    /// The grant's DPoP key: every token-endpoint request of the grant
+    /// carries a proof made with it (RFC 9449 §5).
+    public var dpop: DPoPKey?
 
-    public init(clientID: String, secret: SecretBytes?) {
+    public init(clientID: String, secret: SecretBytes?, dpop: DPoPKey? = nil) {
         self.clientID = clientID
         self.secret = secret
+        self.dpop = dpop
     }
 }

@@ -44,10 +44,12 @@ enum TokenResponseParser {
 
     /// `body` is left with its tokens blanked: the caller wipes it, and no
     /// other copy of them is made outside guarded memory.
-    static func parse(status: UInt, body: inout [UInt8], retryAfter: Int?) throws(ProviderError) -> TokenResponse {
+    /// `proved`: the request carried a DPoP proof, so a `DPoP` token type is
+    /// what it asked for; without one, only `Bearer` is.
+    static func parse(status: UInt, body: inout [UInt8], retryAfter: Int?, proved: Bool = false) throws(ProviderError) -> TokenResponse {
         switch status {
         case 200:
-            return try Self.response(secrets: try Self.takeSecrets(from: &body), rest: body)
+            return try Self.response(secrets: try Self.takeSecrets(from: &body), rest: body, proved: proved)
         case 429, 500...599:
             throw .unavailable(reason: "the token endpoint answered HTTP \(status)", retryAfterSeconds: retryAfter)
         case 400...499:
@@ -83,18 +85,22 @@ enum TokenResponseParser {
     }
 
     /// A token response from its taken tokens and the rest of the answer.
-    static func response(secrets: [String: SecretBytes], rest: [UInt8]) throws(ProviderError) -> TokenResponse {
+    static func response(secrets: [String: SecretBytes], rest: [UInt8], proved: Bool = false) throws(ProviderError) -> TokenResponse {
         guard let accessToken = secrets["access_token"], accessToken.count > 0,
             let rest = try? JSONDecoder().decode(Rest.self, from: Data(rest))
         else {
             throw .unavailable(reason: "the token endpoint's answer is not a token response", retryAfterSeconds: nil)
         }
-        guard (rest.tokenType ?? "Bearer").lowercased() == "bearer" else {
-            throw .untrusted(reason: "the issuer sent a token type other than Bearer")
+        let tokenType: String
+        switch (rest.tokenType ?? "Bearer").lowercased() {
+        case "bearer": tokenType = "Bearer"
+        case "dpop" where proved: tokenType = "DPoP"
+        case "dpop": throw .untrusted(reason: "the issuer sent a DPoP token for a request without a proof")
+        default: throw .untrusted(reason: "the issuer sent a token type other than Bearer or DPoP")
         }
         return TokenResponse(
             accessToken: accessToken,
-            tokenType: "Bearer",
+            tokenType: tokenType,
             // 0 (or a negative lifetime, read as 0) counts as not said, as no issuer means it.
             expiresIn: rest.expiresIn.flatMap { $0 > 0 ? $0 : nil },
             refreshToken: secrets["refresh_token"],

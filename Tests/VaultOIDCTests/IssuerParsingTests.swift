@@ -76,6 +76,27 @@ struct TokenAnswerTests {
         #expect(throws: ProviderError.self) { try TokenResponseParser.parse(status: 200, body: &dpop, retryAfter: nil) }
     }
 
+    /// A DPoP token answers a request that carried a proof, and only such a
+    /// request: an issuer that binds a token nobody asked it to bind is not
+    /// trusted, and one that answers a proof with a bearer token is taken
+    /// at its word.
+    @Test func aDPoPTokenIsTakenOnlyForARequestWithAProof() throws {
+        var dpop = Array(#"{"access_token":"a","token_type":"dpop"}"#.utf8)
+        #expect(try TokenResponseParser.parse(status: 200, body: &dpop, retryAfter: nil, proved: true).tokenType == "DPoP")
+        var bearer = Array(#"{"access_token":"a","token_type":"Bearer"}"#.utf8)
+        #expect(try TokenResponseParser.parse(status: 200, body: &bearer, retryAfter: nil, proved: true).tokenType == "Bearer")
+        var other = Array(#"{"access_token":"a","token_type":"mac"}"#.utf8)
+        #expect(throws: ProviderError.self) { try TokenResponseParser.parse(status: 200, body: &other, retryAfter: nil, proved: true) }
+    }
+
+    /// A `DPoP-Nonce` is sent back only as RFC 9449 §8.1 writes one.
+    @Test func onlyAWellFormedNonceIsKept() {
+        #expect(OIDCClient.dpopNonce("eyJ7S_zG.eyJH0-Z.HX4w-7v") == "eyJ7S_zG.eyJH0-Z.HX4w-7v")
+        for bad in [nil, "", "a b", "a\"b", "a\\b", "tab\t", "\u{e9}", String(repeating: "n", count: 513)] {
+            #expect(OIDCClient.dpopNonce(bad) == nil, "\(bad.debugDescription)")
+        }
+    }
+
     @Test func aNativeAuthAnswerKeepsItsContinuationTokenGuardedAndTrimmed() throws {
         var body = Array(#"{" continuation_token ":"  ct-1 ","challenge_type":"password"}"#.utf8)
         guard case .passwordRequired(let continuation) = try NativeAuthParser.parse(status: 200, body: &body, retryAfter: nil) else {

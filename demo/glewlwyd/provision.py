@@ -120,6 +120,13 @@ def plugin_parameters(args):
         "name-claim": "mandatory",
         "email-claim": "mandatory",
     })
+    if args.dpop != "off":
+        # RFC 9449: discovery then lists dpop_signing_alg_values_supported.
+        p["oauth-dpop-allowed"] = True
+        p["oauth-dpop-iat-duration"] = 60
+        if args.dpop.startswith("nonce:"):
+            p["oauth-dpop-nonce-mandatory"] = True
+            p["oauth-dpop-nonce-counter"] = int(args.dpop.split(":", 1)[1])
     return p
 
 
@@ -209,6 +216,7 @@ def main():
     ap.add_argument("--access-token-seconds", type=int, default=3)
     ap.add_argument("--refresh-token-seconds", type=int, default=1209600)
     ap.add_argument("--device-interval", type=int, default=1)
+    ap.add_argument("--dpop", default="off", help="off, on, or nonce:N")
     sub = ap.add_subparsers(dest="cmd")
     r = sub.add_parser("add-redirect-uri")
     r.add_argument("client_id")

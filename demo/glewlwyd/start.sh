@@ -13,6 +13,9 @@
 #   GLEWLWYD_ACCESS_TOKEN_SECONDS   access-token lifetime (default 3)
 #   GLEWLWYD_REFRESH_TOKEN_SECONDS  refresh-token lifetime (default 1209600)
 #   GLEWLWYD_DEVICE_INTERVAL        device-flow polling interval (default 1)
+#   GLEWLWYD_DPOP                   off (default), on (DPoP allowed, RFC 9449),
+#                                   or nonce:N (on, with server nonces that
+#                                   rotate after N uses)
 #   GLEWLWYD_START_TIMEOUT          seconds to wait for readiness (default 30)
 #   GLEWLWYD_LOG_LEVEL              NONE|ERROR|WARNING|INFO|DEBUG (default INFO)
 #
@@ -33,6 +36,8 @@ DIR="$1"
 AT_SECONDS="${GLEWLWYD_ACCESS_TOKEN_SECONDS:-3}"
 RT_SECONDS="${GLEWLWYD_REFRESH_TOKEN_SECONDS:-1209600}"
 DEVICE_INTERVAL="${GLEWLWYD_DEVICE_INTERVAL:-1}"
+DPOP="${GLEWLWYD_DPOP:-off}"
+[[ "$DPOP" =~ ^(off|on|nonce:[1-9][0-9]*)$ ]] || fail "GLEWLWYD_DPOP must be off, on or nonce:N (got '$DPOP')"
 TIMEOUT="${GLEWLWYD_START_TIMEOUT:-30}"
 LOG_LEVEL="${GLEWLWYD_LOG_LEVEL:-INFO}"
 check_positive() { [[ "$2" =~ ^[0-9]+$ ]] && [ "$2" -gt 0 ] || fail "$1 must be a positive integer (got '$2')"; }
@@ -174,7 +179,7 @@ BASE="http://127.0.0.1:$PORT"
 python3 "$HERE/provision.py" --base "$BASE" \
     --key "$DIR/oidc-key.pem" --cert "$DIR/oidc-pub.pem" \
     --access-token-seconds "$AT_SECONDS" --refresh-token-seconds "$RT_SECONDS" \
-    --device-interval "$DEVICE_INTERVAL" \
+    --device-interval "$DEVICE_INTERVAL" --dpop "$DPOP" \
     || fail "provisioning through the admin API failed"
 
 # The OIDC plugin must now answer discovery; take the issuer from it.
@@ -208,6 +213,7 @@ q() { printf "%s='%s'\n" "$1" "$2"; }
     q GLEWLWYD_ACCESS_TOKEN_SECONDS "$AT_SECONDS"
     q GLEWLWYD_REFRESH_TOKEN_SECONDS "$RT_SECONDS"
     q GLEWLWYD_DEVICE_INTERVAL "$DEVICE_INTERVAL"
+    q GLEWLWYD_DPOP "$DPOP"
     q GLEWLWYD_SCOPE "openid offline_access profile email"
     q GLEWLWYD_REDIRECT_URI "http://127.0.0.1:53682/callback"
     q GLEWLWYD_USERNAME "ada"

@@ -7,12 +7,13 @@ package struct Glewlwyd {
     package let env: [String: String]
     package var issuer: String { self.env["GLEWLWYD_ISSUER"] ?? "" }
 
-    package static func start(accessTokenSeconds: Int = 3) async throws -> Glewlwyd {
+    /// `dpop`: `off`, `on`, or `nonce:N` (demo/glewlwyd/start.sh's `GLEWLWYD_DPOP`).
+    package static func start(accessTokenSeconds: Int = 3, dpop: String = "off") async throws -> Glewlwyd {
         let folder = try temporaryFolder()
         let started = try await runTool(
             packageRoot + "/demo/glewlwyd/start.sh",
             [folder],
-            environment: ["GLEWLWYD_ACCESS_TOKEN_SECONDS": String(accessTokenSeconds)]
+            environment: ["GLEWLWYD_ACCESS_TOKEN_SECONDS": String(accessTokenSeconds), "GLEWLWYD_DPOP": dpop]
         )
         guard started.status == 0 else { throw ToolFailure(message: "glewlwyd did not start: \(started.stderr)") }
         var env: [String: String] = [:]
@@ -28,8 +29,8 @@ package struct Glewlwyd {
     }
 
     /// Runs `body` with a fresh provider and stops it afterwards, whatever happens.
-    package static func with(accessTokenSeconds: Int = 3, _ body: (Glewlwyd) async throws -> Void) async throws {
-        let provider = try await Glewlwyd.start(accessTokenSeconds: accessTokenSeconds)
+    package static func with(accessTokenSeconds: Int = 3, dpop: String = "off", _ body: (Glewlwyd) async throws -> Void) async throws {
+        let provider = try await Glewlwyd.start(accessTokenSeconds: accessTokenSeconds, dpop: dpop)
         do {
             try await body(provider)
         } catch {
