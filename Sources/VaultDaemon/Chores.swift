@@ -89,21 +89,27 @@ public final class Chores: Sendable {
     /// cancels those under way and returns once they have ended.
     public func run() async {
         await withDiscardingTaskGroup { group in
-            while !Task.isCancelled {
-                let now = self.clock.now()
-                let (due, next, stopped) = self.state.withLock { state in
-                    state.changed = false
-                    let due = state.pending.filter { $0.value.due <= now }.sorted { $0.key < $1.key }
-                    for (number, _) in due { state.pending[number] = nil }
-                    state.running += due.count
-                    return (due.map(\.value.work), state.pending.values.map(\.due).min(), state.stopped)
-                }
-                if stopped { break }
-                for work in due {
-                    group.addTask {
-                        await work()
-                        self.state.withLock { $0.running -= 1 }
+            running: while !Task.isCancelled {
+                let next: Double?
+                // Scoped, so the closures handed to the group (and what they
+                // hold: a token to revoke) are let go before `run` sleeps.
+                do {
+                    let now = self.clock.now()
+                    let (due, upcoming, stopped) = self.state.withLock { state in
+                        state.changed = false
+                        let due = state.pending.filter { $0.value.due <= now }.sorted { $0.key < $1.key }
+                        for (number, _) in due { state.pending[number] = nil }
+                        state.running += due.count
+                        return (due.map(\.value.work), state.pending.values.map(\.due).min(), state.stopped)
                     }
+                    if stopped { break running }
+                    for work in due {
+                        group.addTask {
+                            await work()
+                            self.state.withLock { $0.running -= 1 }
+                        }
+                    }
+                    next = upcoming
                 }
                 await self.sleep(until: next)
             }
