@@ -109,14 +109,7 @@ struct GlewlwydDPoPTests {
             }
             func code(for request: AuthorizationRequest) async throws -> String {
                 #expect(request.url.contains("dpop_jkt=" + setup.key.thumbprint))
-                let result = try await runTool(
-                    packageRoot + "/demo/glewlwyd/browser.py",
-                    ["--issuer", provider.issuer, "--url", request.url, "--no-visit"]
-                )
-                #expect(result.status == 0, "\(result.stderr)")
-                let object = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
-                let location = try #require(object["location"] as? String)
-                return try #require(URLComponents(string: location)?.queryItems?.first { $0.name == "code" }?.value, "\(location)")
+                return try await provider.authorizationCode(for: request.url)
             }
             func client(_ key: DPoPKey?) -> ClientCredentials { ClientCredentials(clientID: "public-rotating", secret: nil, dpop: key) }
             let stranger = try #require(try DPoPKey.generate(supported: ["EdDSA"]))

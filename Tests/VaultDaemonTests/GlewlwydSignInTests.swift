@@ -45,15 +45,6 @@ struct GlewlwydSignInTests {
         return uri
     }
 
-    func browse(_ provider: Glewlwyd, _ url: String, _ extra: [String] = []) async throws -> [String: Any] {
-        let result = try await runTool(
-            packageRoot + "/demo/glewlwyd/browser.py",
-            ["--issuer", provider.issuer, "--url", url] + extra
-        )
-        #expect(result.status == 0, "\(result.stderr)")
-        return try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
-    }
-
     @Test func theBrowserFlowSignsInWithPKCEThroughTheLoopbackListener() async throws {
         try await Glewlwyd.with { provider in
             try await withVault { vault in
@@ -68,12 +59,12 @@ struct GlewlwydSignInTests {
                 let flow = try #require(started["flow"] as? String)
 
                 // An answer with another state is refused and the flow keeps waiting.
-                let forged = try await self.browse(provider, url, ["--wrong-state"])
+                let forged = try await provider.browse(url, ["--wrong-state"])
                 #expect(forged["status"] as? Int == 400, "\(forged)")
                 let still = try #require(await client.call(#"{"id":2,"op":"signin.wait","flow":"\#(flow)","timeout_ms":0}"#))
                 #expect(still["state"] as? String == "open_browser", "\(still)")
 
-                let page = try await self.browse(provider, url)
+                let page = try await provider.browse(url)
                 #expect(page["status"] as? Int == 200)
                 #expect((page["body"] as? String)?.contains("Signed in") == true, "\(page)")
                 let done = try #require(await client.call(#"{"id":3,"op":"signin.wait","flow":"\#(flow)"}"#))
@@ -93,7 +84,7 @@ struct GlewlwydSignInTests {
                 let started = try #require(await client.call(#"{"id":1,"op":"signin.start","account":"work","method":"browser"}"#))
                 let url = try #require(started["url"] as? String)
                 let flow = try #require(started["flow"] as? String)
-                let page = try await self.browse(provider, url, ["--deny"])
+                let page = try await provider.browse(url, ["--deny"])
                 #expect((page["body"] as? String)?.contains("declined") == true, "\(page)")
                 let done = try #require(await client.call(#"{"id":2,"op":"signin.wait","flow":"\#(flow)"}"#))
                 #expect(done.errorCode == "idp_error", "\(done)")
@@ -192,15 +183,7 @@ struct GlewlwydPKCETests {
                 try oidc.authorizationRequest(metadata: metadata, clientID: "public-app", redirectURI: redirect, scopes: ["openid", "offline_access"])
             }
             func code(for request: AuthorizationRequest) async throws -> String {
-                let result = try await runTool(
-                    packageRoot + "/demo/glewlwyd/browser.py",
-                    ["--issuer", provider.issuer, "--url", request.url, "--no-visit"]
-                )
-                #expect(result.status == 0, "\(result.stderr)")
-                let object = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
-                let location = try #require(object["location"] as? String)
-                let code = URLComponents(string: location)?.queryItems?.first { $0.name == "code" }?.value
-                return try #require(code, "\(location)")
+                try await provider.authorizationCode(for: request.url)
             }
             let first = try request()
             let other = try request()

@@ -55,6 +55,25 @@ package struct Glewlwyd {
         return object
     }
 
+    /// Plays the user in a browser at `url` (demo/glewlwyd/browser.py):
+    /// signs in, consents, and follows the redirect unless `--no-visit`.
+    package func browse(_ url: String, _ extra: [String] = []) async throws -> [String: Any] {
+        let result = try await runTool(packageRoot + "/demo/glewlwyd/browser.py", ["--issuer", self.issuer, "--url", url] + extra)
+        guard result.status == 0, let object = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
+        else { throw ToolFailure(message: "the browser did not get through: \(result.stderr)") }
+        return object
+    }
+
+    /// The authorization code the provider redirects to for `url`, the
+    /// redirect itself not visited.
+    package func authorizationCode(for url: String) async throws -> String {
+        let location = try await self.browse(url, ["--no-visit"])["location"] as? String ?? ""
+        guard let code = URLComponents(string: location)?.queryItems?.first(where: { $0.name == "code" })?.value else {
+            throw ToolFailure(message: "no code in the redirect: \(location)")
+        }
+        return code
+    }
+
     /// Revokes a token at the provider (RFC 7009).
     package func revoke(_ token: String, client: String, secret: String) async throws {
         let result = try await runTool(
