@@ -29,8 +29,22 @@ struct Token: ParsableCommand {
     @Flag(help: "Print 'Authorization: Bearer TOKEN' instead of the bare token.")
     var header = false
 
+    @Option(help: "Print the SASL initial response for MECHANISM (xoauth2 or oauthbearer), base64, as mail clients take it; with --user.")
+    var sasl: SASLMechanism?
+
+    @Option(help: "The mail address the SASL response names.")
+    var user: String?
+
     func validate() throws {
         guard TokenRequest.minTTLRange.contains(self.minTTL) else { throw ValidationError("--min-ttl is 0 to 86400 seconds") }
+        switch (self.sasl, self.user) {
+        case (nil, nil): break
+        case (nil, .some): throw ValidationError("--user names the address of a SASL response: add --sasl xoauth2 or --sasl oauthbearer")
+        case (.some, nil): throw ValidationError("--sasl needs --user ADDRESS, the mail account the token is for")
+        case (.some, .some(let user)):
+            guard SASLMechanism.isWritable(user) else { throw ValidationError("--user must be a mail address without control characters") }
+            guard !self.header, !self.connection.json else { throw ValidationError("--sasl prints the SASL response only: leave out --header and --json") }
+        }
     }
 
     func run() throws {
@@ -41,7 +55,8 @@ struct Token: ParsableCommand {
             scopes: self.scopes,
             minTTL: self.minTTL,
             forceRefresh: self.forceRefresh,
-            header: self.header
+            header: self.header,
+            sasl: self.sasl.map { ($0, self.user ?? "") }
         ).run()
     }
 }
@@ -56,6 +71,8 @@ struct TokenJob {
     var minTTL = TokenRequest.defaultMinTTL
     var forceRefresh = false
     var header = false
+    /// Print this SASL mechanism's initial response for the address, not the token.
+    var sasl: (mechanism: SASLMechanism, user: String)?
 
     func run() throws {
         let request = TokenRequest(
@@ -67,6 +84,12 @@ struct TokenJob {
         try Connection.run(socket: self.socket) { (vault) throws(VaultError) in
             let reply = try vault.send(.token(request))
             if self.json { return Output.verbatim(String(decoding: reply, as: UTF8.self)) }
+            if let sasl = self.sasl {
+                let result = try Output.field(TokenResult.self, of: reply)
+                guard result.tokenType == "Bearer", let response = sasl.mechanism.initialResponse(user: sasl.user, token: result.accessToken.unsafeString())
+                else { throw VaultError(.badRequest, "a \(result.tokenType) token cannot go in a SASL bearer response") }
+                return Output.verbatim(response)
+            }
             var token = LineCodec.plainAccessToken(of: reply)
             if token == nil { token = try Output.field(TokenResult.self, of: reply).accessToken.unsafeString() }
             Output.verbatim((self.header ? "Authorization: Bearer " : "") + (token ?? ""))

@@ -54,6 +54,36 @@ struct TokenCommandTests {
         await issuer.stop()
     }
 
+    /// What mail clients take from a command: the SASL initial response,
+    /// base64, for XOAUTH2 and for OAUTHBEARER (RFC 7628), naming the address.
+    @Test func vaultctlPrintsTheSASLResponsesMailClientsSend() async throws {
+        let issuer = try await TestIssuer.start()
+        let folder = try temporaryFolder()
+        let daemon = try DaemonProcess(folder: folder)
+        #expect(await daemon.waitForLog("listening"))
+        let env = ["TOKENVAULT_SOCKET": daemon.socketPath]
+        try await importAccount(from: issuer, environment: env)
+        let token = try await runTool("vaultctl", ["token", "work"], environment: env).stdout.trimmingCharacters(in: .newlines)
+        func decoded(_ arguments: [String]) async throws -> String {
+            let result = try await runTool("vaultctl", ["token", "work"] + arguments, environment: env)
+            #expect(result.status == 0, "\(result.stderr)")
+            #expect(result.stdout.hasSuffix("\n") && !result.stdout.dropLast().contains("\n"), "one line")
+            let bytes = try #require(Data(base64Encoded: result.stdout.trimmingCharacters(in: .newlines)))
+            return String(decoding: bytes, as: UTF8.self)
+        }
+        #expect(try await decoded(["--sasl", "xoauth2", "--user", "ada@example.org"]) == "user=ada@example.org\u{1}auth=Bearer \(token)\u{1}\u{1}")
+        #expect(try await decoded(["--sasl", "oauthbearer", "--user", "a,b=c@example.org"]) == "n,a=a=2Cb=3Dc@example.org,\u{1}auth=Bearer \(token)\u{1}\u{1}")
+        for wrong in [["--sasl", "xoauth2"], ["--user", "ada@example.org"], ["--sasl", "plain", "--user", "a"], ["--sasl", "xoauth2", "--user", "a\u{1}b"],
+            ["--sasl", "xoauth2", "--user", "a", "--header"]] {
+            let refused = try await runTool("vaultctl", ["token", "work"] + wrong, environment: env)
+            #expect(refused.status == 64, "\(wrong): \(refused.status) \(refused.stderr)")
+            #expect(refused.stdout.isEmpty)
+            #expect(!refused.stderr.contains(token))
+        }
+        await daemon.stop()
+        await issuer.stop()
+    }
+
     @Test func theAsyncClientPipelinesRequests() async throws {
         let issuer = try await TestIssuer.start()
         try await withVault { vault in
