@@ -105,6 +105,28 @@ public final class VaultConnection {
         }
     }
 
+    /// After `subscribe`: the next event line as vaultd wrote it, or nil when
+    /// vaultd closed the stream (it stopped). A last line with an error
+    /// (`overloaded`: this reader fell too far behind) is thrown.
+    public func nextEvent() throws(VaultError) -> Data? {
+        while true {
+            let line: Data
+            do {
+                line = try self.readLine()
+            } catch where error == VaultError.closedBeforeAnswering {
+                return nil
+            }
+            let head: ResponseHead
+            do {
+                head = try LineCodec.head(of: line)
+            } catch {
+                throw VaultError.unreadableReply
+            }
+            if let error = head.error { throw error }
+            if head.event != nil { return line }
+        }
+    }
+
     /// Sends `command` and decodes its result.
     public func call<P: ResultPayload>(_ command: Command, as type: P.Type) throws(VaultError) -> P {
         let reply = try self.send(command)

@@ -185,9 +185,12 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
             self.send(response, context: context, flush: false)
             self.needsFlush = true
         case .subscribe(let response, let accounts):
-            self.send(response, context: context, flush: true)
+            // Subscribed before the reply is written: an event emitted in
+            // between is written after the reply, never lost.
             self.subscribed = true
             self.events.subscribe(context.channel, accounts: accounts)
+            self.logger.debug("subscribed", metadata: ["accounts": "\(accounts.map { "\($0.count)" } ?? "all")"])
+            self.send(response, context: context, flush: true)
         case .pending(let work):
             let channel = context.channel
             let connections = self.connections

@@ -36,6 +36,15 @@ enum Programs {
         return Self.spawn(path, arguments, &actions, newGroup: true)
     }
 
+    /// Starts `path` in its own process group with `environment` added to
+    /// vaultctl's, sharing its stdin, stdout and stderr, and does not wait.
+    static func start(_ path: String, _ arguments: [String], environment: [String: String]) -> pid_t? {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        return Self.spawn(path, arguments, &actions, newGroup: true, environment: environment)
+    }
+
     /// What `path` writes on stdout when given `input` on stdin, when it
     /// exits 0 (stderr stays ours). `input` is small: written whole before
     /// the output is read.
@@ -87,17 +96,25 @@ enum Programs {
         _ path: String,
         _ arguments: [String],
         _ actions: inout posix_spawn_file_actions_t,
-        newGroup: Bool
+        newGroup: Bool,
+        environment: [String: String] = [:]
     ) -> pid_t? {
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
+        // The child starts with no signal blocked (watch blocks SIGCHLD to wait for it).
+        var none = sigset_t()
+        sigemptyset(&none)
+        posix_spawnattr_setsigmask(&attributes, &none)
+        var flags = Int16(POSIX_SPAWN_SETSIGMASK)
         if newGroup {
-            posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETPGROUP))
+            flags |= Int16(POSIX_SPAWN_SETPGROUP)
             posix_spawnattr_setpgroup(&attributes, 0)
         }
+        posix_spawnattr_setflags(&attributes, flags)
         let argv = ([path] + arguments).map { strdup($0) } + [nil]
-        let envp = ProcessInfo.processInfo.environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        let merged = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+        let envp = merged.map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer {
             argv.forEach { free($0) }
             envp.forEach { free($0) }
