@@ -427,27 +427,35 @@ public actor OIDCClient {
 
     /// The body, each chunk copied out and then wiped in place, not through
     /// a copy-on-write copy: a chunk is a slice of the connection's own read
-    /// buffer, which nothing reads once it has been handed on. The pieces
-    /// are joined into one array of the exact size, so no array grown on the
-    /// way leaves a copy behind, and wiped.
+    /// buffer, which nothing reads once it has been handed on. The array
+    /// grows by doubling, each outgrown one wiped, so no copy is left behind
+    /// and a body trickled a byte at a time costs no more than one sent whole.
     private static func read(_ body: HTTPClientResponse.Body, upTo limit: Int) async throws -> [UInt8] {
-        var pieces: [[UInt8]] = []
-        defer { for index in pieces.indices { pieces[index].secureZero() } }
-        var total = 0
-        for try await chunk in body {
-            total += chunk.readableBytes
-            pieces.append(
-                chunk.withUnsafeReadableBytes { read in
-                    defer { secureZero(UnsafeMutableRawBufferPointer(mutating: read)) }
-                    return [UInt8](read)
-                }
-            )
-            if total > limit { throw NIOTooManyBytesError(maxBytes: limit) }
-        }
-        if pieces.count == 1 { return pieces.removeLast() }
         var bytes: [UInt8] = []
-        bytes.reserveCapacity(total)
-        for piece in pieces { bytes += piece }
+        do {
+            for try await chunk in body {
+                let count = chunk.readableBytes
+                let needed = bytes.count + count
+                guard needed <= limit else {
+                    chunk.withUnsafeReadableBytes { secureZero(UnsafeMutableRawBufferPointer(mutating: $0)) }
+                    throw NIOTooManyBytesError(maxBytes: limit)
+                }
+                if needed > bytes.capacity {
+                    var grown: [UInt8] = []
+                    grown.reserveCapacity(min(limit, max(needed, 2 * bytes.capacity, 4096)))
+                    grown += bytes
+                    bytes.secureZero()
+                    bytes = grown
+                }
+                chunk.withUnsafeReadableBytes { read in
+                    bytes.append(contentsOf: read)
+                    secureZero(UnsafeMutableRawBufferPointer(mutating: read))
+                }
+            }
+        } catch {
+            bytes.secureZero()
+            throw error
+        }
         return bytes
     }
 
