@@ -7,37 +7,8 @@ import VaultTestKit
 /// latter driven by the real git.
 @Suite(.timeLimit(.minutes(1)))
 struct CompanionCommandTests {
-    /// A vaultd with the account `work` imported, and the token it serves.
-    private struct Vault {
-        let issuer: TestIssuer
-        let daemon: DaemonProcess
-        let folder: String
-        let env: [String: String]
-        let token: String
-
-        static func start() async throws -> Vault {
-            let issuer = try await TestIssuer.start()
-            let folder = try temporaryFolder()
-            let daemon = try DaemonProcess(folder: folder)
-            #expect(await daemon.waitForLog("listening"))
-            let env = ["TOKENVAULT_SOCKET": daemon.socketPath]
-            try await importAccount(from: issuer, environment: env)
-            let token = try await runTool("vaultctl", ["token", "work"], environment: env)
-            #expect(token.status == 0, "\(token.stderr)")
-            let accessToken = token.stdout.trimmingCharacters(in: .newlines)
-            #expect(accessToken.hasPrefix("at-"))
-            return Vault(issuer: issuer, daemon: daemon, folder: folder, env: env, token: accessToken)
-        }
-
-        func stop() async {
-            #expect(await self.daemon.terminate() == 0)
-            await self.issuer.stop()
-            try? FileManager.default.removeItem(atPath: self.folder)
-        }
-    }
-
     @Test func execPutsTheTokenInTheEnvironmentOnly() async throws {
-        let vault = try await Vault.start()
+        let vault = try await IssuerAndDaemon.start()
         let printed = try await runTool(
             "vaultctl",
             ["exec", "work", "--", "/bin/sh", "-c", #"printf %s "$TOKENVAULT_TOKEN""#],
@@ -74,7 +45,7 @@ struct CompanionCommandTests {
     }
 
     @Test func execFailsLikeAShell() async throws {
-        let vault = try await Vault.start()
+        let vault = try await IssuerAndDaemon.start()
         let marker = vault.folder + "/ran"
 
         let missing = try await runTool("vaultctl", ["exec", "work", "--", "/nonexistent/tool", "x"], environment: vault.env)
@@ -119,7 +90,7 @@ struct CompanionCommandTests {
     }
 
     @Test func gitCredentialFillGetsTheToken() async throws {
-        let vault = try await Vault.start()
+        let vault = try await IssuerAndDaemon.start()
         let home = vault.folder + "/home"
         try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
         let gitconfig = home + "/gitconfig"
@@ -164,7 +135,7 @@ struct CompanionCommandTests {
     }
 
     @Test func gitCredentialSpeaksTheHelperProtocol() async throws {
-        let vault = try await Vault.start()
+        let vault = try await IssuerAndDaemon.start()
         let sent = "protocol=https\nhost=git.example.org\nusername=ada\n\n"
 
         let get = try await runTool("vaultctl", ["git-credential", "work", "--host", "git.example.org", "get"], input: sent, environment: vault.env)

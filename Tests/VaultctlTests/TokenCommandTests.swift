@@ -57,13 +57,8 @@ struct TokenCommandTests {
     /// What mail clients take from a command: the SASL initial response,
     /// base64, for XOAUTH2 and for OAUTHBEARER (RFC 7628), naming the address.
     @Test func vaultctlPrintsTheSASLResponsesMailClientsSend() async throws {
-        let issuer = try await TestIssuer.start()
-        let folder = try temporaryFolder()
-        let daemon = try DaemonProcess(folder: folder)
-        #expect(await daemon.waitForLog("listening"))
-        let env = ["TOKENVAULT_SOCKET": daemon.socketPath]
-        try await importAccount(from: issuer, environment: env)
-        let token = try await runTool("vaultctl", ["token", "work"], environment: env).stdout.trimmingCharacters(in: .newlines)
+        let vault = try await IssuerAndDaemon.start()
+        let (env, token) = (vault.env, vault.token)
         func decoded(_ arguments: [String]) async throws -> String {
             let result = try await runTool("vaultctl", ["token", "work"] + arguments, environment: env)
             #expect(result.status == 0, "\(result.stderr)")
@@ -80,8 +75,7 @@ struct TokenCommandTests {
             #expect(refused.stdout.isEmpty)
             #expect(!refused.stderr.contains(token))
         }
-        await daemon.stop()
-        await issuer.stop()
+        await vault.stop()
     }
 
     @Test func theAsyncClientPipelinesRequests() async throws {

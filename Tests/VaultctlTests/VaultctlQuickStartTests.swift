@@ -27,12 +27,8 @@ struct VaultctlQuickStartTests {
     }
 
     @Test func theQuickParserAnswersAsArgumentParserDoes() async throws {
-        let issuer = try await TestIssuer.start()
-        let folder = try temporaryFolder()
-        let daemon = try DaemonProcess(folder: folder)
-        #expect(await daemon.waitForLog("listening"))
-        let env = ["TOKENVAULT_SOCKET": daemon.socketPath]
-        try await importAccount(from: issuer, environment: env)
+        let vault = try await IssuerAndDaemon.start()
+        let (daemon, folder, env) = (vault.daemon, vault.folder, vault.env)
         let gitRequest = "protocol=https\nhost=git.example.org\n\n"
         let taken: [Case] = [
             Case(arguments: ["token", "work"]),
@@ -137,9 +133,7 @@ struct VaultctlQuickStartTests {
         #expect(range.status == 64)
         #expect(range.stderr.contains("--min-ttl is 0 to 86400 seconds"), "\(range.stderr)")
 
-        #expect(await daemon.terminate() == 0)
-        await issuer.stop()
-        try? FileManager.default.removeItem(atPath: folder)
+        await vault.stop()
     }
 
     /// Every subcommand keeps the name it had when ArgumentParser derived it.

@@ -8,12 +8,8 @@ import VaultTestKit
 @Suite(.timeLimit(.minutes(1)))
 struct WatchTests {
     @Test func eventsReachTheTextTheJSONAndTheCommandInOrder() async throws {
-        let issuer = try await TestIssuer.start()
-        let folder = try temporaryFolder()
-        let daemon = try DaemonProcess(folder: folder, arguments: ["--log-level", "debug"])
-        #expect(await daemon.waitForLog("listening"))
-        let env = ["TOKENVAULT_SOCKET": daemon.socketPath]
-        try await importAccount(from: issuer, environment: env)
+        let vault = try await IssuerAndDaemon.start(arguments: ["--log-level", "debug"])
+        let (daemon, folder, env) = (vault.daemon, vault.folder, vault.env)
         let record = folder + "/exec.log"
         let script = #"printf '%s %s %s %s\n' "$TOKENVAULT_EVENT" "$TOKENVAULT_ACCOUNT" "${TOKENVAULT_EXPIRES_AT:+expiry}" "$(env | grep -c '^TOKENVAULT_TOKEN')" >> "$0""#
         async let text = runTool("vaultctl", ["watch", "work"], environment: env)
@@ -45,16 +41,12 @@ struct WatchTests {
         #expect(objects.map { $0["event"] as? String } == ["token_refreshed", "signed_out"], "\(jsonResult.stdout)")
         let ran = try String(contentsOfFile: record, encoding: .utf8)
         #expect(ran == "token_refreshed work expiry 0\nsigned_out work  0\n", "one run per event, in order: \(ran)")
-        await issuer.stop()
+        await vault.stop()
     }
 
     @Test func aCommandThatRunsTooLongIsKilledAndTheNextEventStillRuns() async throws {
-        let issuer = try await TestIssuer.start()
-        let folder = try temporaryFolder()
-        let daemon = try DaemonProcess(folder: folder, arguments: ["--log-level", "debug"])
-        #expect(await daemon.waitForLog("listening"))
-        let env = ["TOKENVAULT_SOCKET": daemon.socketPath]
-        try await importAccount(from: issuer, environment: env)
+        let vault = try await IssuerAndDaemon.start(arguments: ["--log-level", "debug"])
+        let (daemon, folder, env) = (vault.daemon, vault.folder, vault.env)
         let record = folder + "/exec.log"
         // The first event's command waits on a fifo no one writes: only the timeout ends it.
         let fifo = folder + "/never"
@@ -69,6 +61,6 @@ struct WatchTests {
         let result = try await exec
         #expect(result.stderr.contains("ran past 1 s and was killed"), "\(result.stderr)")
         #expect(try String(contentsOfFile: record, encoding: .utf8) == "token_refreshed\nsigned_out\n")
-        await issuer.stop()
+        await vault.stop()
     }
 }

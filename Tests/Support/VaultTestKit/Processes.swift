@@ -287,3 +287,35 @@ private final class Collected: @unchecked Sendable {
         return self.data
     }
 }
+
+/// A test issuer and vaultd as a child process, with the account `work`
+/// imported and the access token it then serves; stopped together.
+package struct IssuerAndDaemon: Stoppable {
+    package let issuer: TestIssuer
+    package let daemon: DaemonProcess
+    package let folder: String
+    package let env: [String: String]
+    package let token: String
+
+    /// `arguments`: vaultd's, after `--socket`.
+    package static func start(arguments: [String] = []) async throws -> IssuerAndDaemon {
+        let issuer = try await TestIssuer.start()
+        let folder = try temporaryFolder()
+        let daemon = try DaemonProcess(folder: folder, arguments: arguments)
+        #expect(await daemon.waitForLog("listening"))
+        let env = ["TOKENVAULT_SOCKET": daemon.socketPath]
+        try await importAccount(from: issuer, environment: env)
+        let token = try await runTool("vaultctl", ["token", "work"], environment: env)
+        #expect(token.status == 0, "\(token.stderr)")
+        let accessToken = token.stdout.trimmingCharacters(in: .newlines)
+        #expect(accessToken.hasPrefix("at-"))
+        return IssuerAndDaemon(issuer: issuer, daemon: daemon, folder: folder, env: env, token: accessToken)
+    }
+
+    /// vaultd stopped (if the test has not stopped it) and exited 0, then the issuer.
+    package func stop() async {
+        #expect(await self.daemon.terminate() == 0)
+        await self.issuer.stop()
+        try? FileManager.default.removeItem(atPath: self.folder)
+    }
+}
