@@ -178,6 +178,17 @@ class HostileReplies(FakeServerCase):
                 error = self.assertBadReply(reply, "closed the connection without a reply", close=True)
                 self.assertNotIn("at-1", str(error))
 
+    def test_a_proof_reply_without_a_proof_or_a_dpop_authorization(self):
+        for reply in [{"authorization": "DPoP at-1"}, {"dpop": "", "authorization": "DPoP at-1"},
+                      {"dpop": ["p"], "authorization": "DPoP at-1"}, {"dpop": "p"},
+                      {"dpop": "p", "authorization": "Bearer at-1"}, {"dpop": "p", "authorization": 1}]:
+            with self.subTest(reply=reply):
+                server = self.serve(line({"id": 1, "ok": True, **reply}))
+                with self.assertRaises(VaultError) as caught:
+                    tokenvault.dpop_proof("work", "GET", "https://rs.example/", path=server.path)
+                self.assertEqual(caught.exception.code, "internal")
+                self.assertNotIn("at-1", str(caught.exception))
+
     def test_messages_never_repeat_the_reply(self):
         error = self.assertBadReply(line({"id": "secret-id", "ok": True, "access_token": "at-secret"}), "'id'")
         self.assertNotIn("secret", str(error))
@@ -189,6 +200,24 @@ class GoodReplies(FakeServerCase):
                                   "expires_at": 1795320027, "expires_in": 3417, "scope": "openid", "new": [1]}))
         self.assertEqual(tokenvault.token("work", min_ttl=120, scope="openid", path=server.path), "at-1")
         self.assertEqual(server.request, {"id": 1, "op": "token", "account": "work", "min_ttl": 120, "scope": "openid"})
+
+    def test_a_dpop_proof(self):
+        result = {"dpop": "eyJ.proof.sig", "authorization": "DPoP at-1", "token_type": "DPoP",
+                  "expires_at": 1795320027, "expires_in": 3417, "scope": "openid"}
+        server = self.serve(line({"id": 1, "ok": True, **result}))
+        self.assertEqual(tokenvault.dpop_proof("work", "GET", "https://rs.example/p?q=1", path=server.path), result)
+        self.assertEqual(server.request, {"id": 1, "op": "dpop.proof", "account": "work", "htm": "GET",
+                                          "htu": "https://rs.example/p?q=1"})
+        server = self.serve(line({"id": 1, "ok": True, **result}))
+        tokenvault.dpop_proof("work", "POST", "https://rs.example/p", scope="openid", min_ttl=120, path=server.path)
+        self.assertEqual(server.request, {"id": 1, "op": "dpop.proof", "account": "work", "htm": "POST",
+                                          "htu": "https://rs.example/p", "scope": "openid", "min_ttl": 120})
+
+    def test_a_dpop_nonce(self):
+        server = self.serve(line({"id": 1, "ok": True}))
+        self.assertIsNone(tokenvault.dpop_nonce("work", "https://rs.example", "n-1", path=server.path))
+        self.assertEqual(server.request, {"id": 1, "op": "dpop.nonce", "account": "work",
+                                          "origin": "https://rs.example", "nonce": "n-1"})
 
     def test_any_op_returns_the_reply(self):
         reply = {"id": 1, "ok": True, "protocol": 1, "server": "vaultd", "version": "0.1.0"}

@@ -3,6 +3,7 @@
 
     import tokenvault
     tokenvault.token("work", min_ttl=300)   # the access token string
+    tokenvault.dpop_proof("work", "GET", url)  # a DPoP-bound account: headers for one request
     tokenvault.call("status")               # any op: the reply dict
     except tokenvault.VaultError as e:      # e.code: "unknown_account", ...
 
@@ -132,6 +133,33 @@ def token(account, min_ttl=60, scope=None, path=None):
     if type(access_token) is not str or not access_token:
         raise _bad_reply("a token reply whose 'access_token' is missing, empty or not a string")
     return access_token
+
+
+def dpop_proof(account, method, url, scope=None, min_ttl=None, path=None):
+    """A DPoP proof for one request to a resource server, with the access token
+    it goes with, for an account whose tokens are DPoP-bound (else a
+    VaultError "bad_request"). Send result["authorization"] as Authorization
+    and result["dpop"] as DPoP; ask again for the next request. The dict also
+    has token_type ("DPoP"), expires_at, expires_in and scope."""
+    fields = {"account": account, "htm": method, "htu": url}
+    if scope is not None:
+        fields["scope"] = scope
+    if min_ttl is not None:
+        fields["min_ttl"] = min_ttl
+    reply = call("dpop.proof", path, **fields)
+    proof, authorization = reply.get("dpop"), reply.get("authorization")
+    if type(proof) is not str or not proof:
+        raise _bad_reply("a proof reply whose 'dpop' is missing, empty or not a string")
+    if type(authorization) is not str or not authorization.startswith("DPoP "):
+        raise _bad_reply("a proof reply whose 'authorization' is not 'DPoP' and a token")
+    return {name: value for name, value in reply.items() if name not in ("id", "ok")}
+
+
+def dpop_nonce(account, origin, nonce, path=None):
+    """Records a resource server's DPoP-Nonce (from a 401 with
+    `WWW-Authenticate: DPoP error="use_dpop_nonce"`, or any answer's DPoP-Nonce
+    header) for the account's later proofs to `origin` (scheme://host[:port])."""
+    call("dpop.nonce", path, account=account, origin=origin, nonce=nonce)
 
 
 def _escaped(text):

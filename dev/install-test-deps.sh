@@ -14,6 +14,7 @@ packages=(
     util-linux python3                         # setpriv and a stdlib client, for the other-user tests
     tmux                                       # a real terminal for vaultctl's prompts
     openssh-server openssh-client              # a forwarded share over real ssh
+    curl                                       # a resource server called with vaultctl dpop's headers
 )
 # kubectl for the exec-credential tests: any kubectl will do, else Debian's.
 command -v kubectl >/dev/null || packages+=(kubernetes-client)

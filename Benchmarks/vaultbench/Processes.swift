@@ -152,10 +152,11 @@ struct Glewlwyd {
     static let script = repository + "/demo/glewlwyd"
     static var installed: Bool { FileManager.default.isExecutableFile(atPath: "/usr/bin/glewlwyd") }
 
-    static func start(folder: String, accessTokenSeconds: Int) throws -> Glewlwyd {
+    /// `dpop`: as demo/glewlwyd/start.sh's GLEWLWYD_DPOP (off, on, nonce:N).
+    static func start(folder: String, accessTokenSeconds: Int, dpop: String = "off") throws -> Glewlwyd {
         let issuer = try output(
             of: script + "/start.sh", [folder],
-            environment: ["GLEWLWYD_ACCESS_TOKEN_SECONDS": "\(accessTokenSeconds)"]
+            environment: ["GLEWLWYD_ACCESS_TOKEN_SECONDS": "\(accessTokenSeconds)", "GLEWLWYD_DPOP": dpop]
         ).trimmingCharacters(in: .whitespacesAndNewlines)
         return Glewlwyd(folder: folder, issuer: issuer)
     }

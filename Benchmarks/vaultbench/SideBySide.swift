@@ -13,8 +13,9 @@ func sideBySide(bin: String, folder: String, load: Load) async throws -> [[Strin
     }
     try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
     // One issuer for cached tokens (an hour), one whose tokens expire in 5 s
-    // for the burst, each client rotating its refresh tokens there.
-    let issuer = try Glewlwyd.start(folder: folder + "/glewlwyd", accessTokenSeconds: 3600)
+    // for the burst, each client rotating its refresh tokens there. The
+    // first binds tokens to a DPoP key when a proof comes with the request.
+    let issuer = try Glewlwyd.start(folder: folder + "/glewlwyd", accessTokenSeconds: 3600, dpop: "on")
     defer { issuer.stop() }
     let shortIssuer = try Glewlwyd.start(folder: folder + "/glewlwyd-short", accessTokenSeconds: 5)
     defer { shortIssuer.stop() }
@@ -24,8 +25,8 @@ func sideBySide(bin: String, folder: String, load: Load) async throws -> [[Strin
     defer { stop(daemon.processIdentifier) }
     let vaultd = daemon.processIdentifier
     let client = try Client.connect(socket, deadline: 10)
-    func signIn(_ name: String, _ issuer: Glewlwyd, _ clientID: String, _ secret: String) throws {
-        let add = #"{"id":1,"op":"account.add","name":"\#(name)","issuer":"\#(issuer.issuer)","client_id":"\#(clientID)","client_secret":"\#(secret)","scopes":["openid","offline_access"]}"#
+    func signIn(_ name: String, _ issuer: Glewlwyd, _ clientID: String, _ secret: String, dpop: String = "off") throws {
+        let add = #"{"id":1,"op":"account.add","name":"\#(name)","issuer":"\#(issuer.issuer)","client_id":"\#(clientID)","client_secret":"\#(secret)","scopes":["openid","offline_access"],"dpop":"\#(dpop)"}"#
         guard try client.call(add).contains(#""ok":true"#) else { throw BenchError("vaultd: account.add \(name) failed") }
         let start = #"{"id":2,"op":"signin.start","account":"\#(name)","method":"password","username":"ada","password":"correct horse"}"#
         let state = try client.call(start)
@@ -33,6 +34,7 @@ func sideBySide(bin: String, folder: String, load: Load) async throws -> [[Strin
     }
     try signIn("bench", issuer, "confidential-app", "s3cret-confidential")
     try signIn("burst", shortIssuer, "confidential-rotating", "s3cret-rotating")
+    try signIn("proof", issuer, "confidential-rotating", "s3cret-rotating", dpop: "required")
 
     var agent: OidcAgent?
     if OidcAgent.installed {
@@ -78,6 +80,11 @@ func sideBySide(bin: String, folder: String, load: Load) async throws -> [[Strin
     let vConn1 = try load.run("conn", socket, clients: 1, seconds: 2, request: vRequest)
     let (v8, _) = try measured([vaultd]) { try load.run("line", socket, clients: 8, seconds: 2, request: vRequest) }
     let (v64, v64cpu) = try measured([vaultd]) { try load.run("line", socket, clients: 64, seconds: 2, request: vRequest) }
+    // A DPoP proof per request: a signature and a small JSON encode on top of the cached token.
+    let pRequest = #"{"id":1,"op":"dpop.proof","account":"proof","htm":"GET","htu":"https://rs.example/api/items?page=2"}"#
+    guard try client.call(pRequest).contains(#""ok":true"#) else { throw BenchError("vaultd: no DPoP proof") }
+    let p1 = try load.run("line", socket, clients: 1, seconds: 2, request: pRequest)
+    let p64 = try load.run("line", socket, clients: 64, seconds: 2, request: pRequest)
     var o1: Load.Result?, o8: Load.Result?, o64: Load.Result?
     var o1cpu = 0.0, o64cpu = 0.0
     if let agent {
@@ -123,12 +130,24 @@ func sideBySide(bin: String, folder: String, load: Load) async throws -> [[Strin
         "≥ 5× / ≤ 2 ms: " + (o64.map { v64.rate >= 5 * $0.rate ? "met" : "not met" } ?? "–") + " / " + (v64.p99 <= 2000 ? "met" : "not met")
     )
     row(
+        "DPoP proof (dpop.proof), 1 client, median (p99)",
+        "\(usv(p1.p50)) (\(usv(p1.p99)))", none, none,
+        String(format: "≤ 2× cached token (%.1f µs): %.2f×, ", 2 * v1.p50, p1.p50 / v1.p50) + (p1.p50 <= 2 * v1.p50 ? "met" : "not met")
+    )
+    row(
+        "DPoP proof, 64 clients, requests/s / p99 (oidc-agent: its bearer token)",
+        "\(rate(p64.rate)) / \(usv(p64.p99))", o64.map { "\(rate($0.rate)) / \(usv($0.p99))" } ?? none,
+        o64.map { times(p64.rate, $0.rate) } ?? none,
+        "≥ 5× oidc-agent's bearer: " + (o64.map { p64.rate >= 5 * $0.rate ? "met" : "not met" } ?? "–")
+    )
+    row(
         "daemon CPU per request (user + system), 1 client / 64 clients",
         "\(usv(v1cpu)) / \(usv(v64cpu))", agent == nil ? none : "\(usv(o1cpu)) / \(usv(o64cpu))",
         agent == nil ? none : "\(times(v1cpu, o1cpu)) / \(times(v64cpu, o64cpu))", "C echo server, 1 client: \(usv(floorCPU))"
     )
     let runs: [(String, Load.Result?)] = [
         ("vaultd, 1 client", v1), ("vaultd, a connection per request", vConn1), ("vaultd, 8 clients", v8), ("vaultd, 64 clients", v64),
+        ("vaultd dpop.proof, 1 client", p1), ("vaultd dpop.proof, 64 clients", p64),
         ("oidc-agent, 1 client", o1), ("oidc-agent, 8 clients", o8), ("oidc-agent, 64 clients", o64),
     ]
     for (name, result) in runs where (result?.errors ?? 0) > 0 {

@@ -7,6 +7,8 @@ public import VaultProtocol
 extension VaultError {
     private static let seeTheLog = "see its log: journalctl --user -u vaultd"
 
+    static let notADPoPTarget = VaultError(.badRequest, "a DPoP proof is for an HTTP method and an absolute http or https URL")
+
     static func noSocket(_ reason: String) -> VaultError {
         VaultError(.internalError, "cannot create a socket: \(reason)")
     }

@@ -117,6 +117,24 @@ public final class VaultClient: Sendable {
         try await self.call(.token(TokenRequest(account: account, scopes: scopes, minTTL: minTTL)), as: TokenResult.self)
     }
 
+    /// A DPoP proof for one request to a resource server, with the access
+    /// token it pairs with: send `result.authorization` as `Authorization`
+    /// and `result.proof` as `DPoP`. For an account whose tokens are
+    /// DPoP-bound; else `bad_request`.
+    public func dpopProof(
+        _ account: String,
+        method: String,
+        url: String,
+        scopes: [String]? = nil,
+        minTTL: Int = TokenRequest.defaultMinTTL
+    ) async throws(VaultError) -> DPoPProofResult {
+        guard let target = DPoPTarget(method: method, url: url) else {
+            throw VaultError.notADPoPTarget
+        }
+        let token = TokenRequest(account: account, scopes: scopes, minTTL: minTTL)
+        return try await self.call(.dpopProof(DPoPProofRequest(token: token, target: target)), as: DPoPProofResult.self)
+    }
+
     /// Subscribes this connection to vaultd's events for `accounts` (nil:
     /// every account) and returns them as they come: sign-in steps,
     /// `signed_in`, `token_refreshed`, `reauth_required`, `signed_out`. The

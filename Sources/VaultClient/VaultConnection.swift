@@ -69,6 +69,12 @@ public final class VaultConnection {
         if self.fd >= 0 { close(self.fd) }
     }
 
+    /// The socket, for poll(2) beside other descriptors (`vaultctl notify`).
+    public var descriptor: Int32 { self.fd }
+
+    /// Whether a whole line waits in memory, which poll(2) would not report.
+    public var hasBufferedLine: Bool { self.buffer.contains(0x0A) }
+
     /// Hands the socket to another owner (the async client, the tests' raw
     /// line client).
     package func detach() -> Int32 {

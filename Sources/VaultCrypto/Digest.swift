@@ -1,6 +1,14 @@
 internal import CSodium
 
 /// SHA-256 (libsodium's `crypto_hash_sha256`), for PKCE challenges.
+/// SHA-256 of bytes in place (a secret's, without a copy).
+public func sha256(_ bytes: UnsafeRawBufferPointer) throws(SodiumError) -> [UInt8] {
+    try Sodium.ensureInitialized()
+    var digest = [UInt8](repeating: 0, count: Int(crypto_hash_sha256_BYTES))
+    _ = crypto_hash_sha256(&digest, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), UInt64(bytes.count))
+    return digest
+}
+
 public func sha256(_ bytes: some Collection<UInt8>) throws(SodiumError) -> [UInt8] {
     try Sodium.ensureInitialized()
     let input = Array(bytes)

@@ -61,7 +61,7 @@ extension Broker: SignInBroker {
         guard let account = self.accounts[name] else { throw VaultError.unknownAccount(name) }
         try self.requireUnlocked()
         let configuration = account.configuration
-        let client = ClientCredentials(clientID: configuration.clientID, secret: account.secrets.clientSecret)
+        var client = ClientCredentials(clientID: configuration.clientID, secret: account.secrets.clientSecret)
         // The fence is the account's as it was asked for; the metadata is fetched after.
         let generation = account.generation
         let metadata: ProviderMetadata
@@ -69,6 +69,15 @@ extension Broker: SignInBroker {
             metadata = try await self.oidc.metadata(for: configuration.issuer, now: self.clock.now())
         } catch {
             throw VaultError(error, account: name)
+        }
+        // The grant's DPoP key is made now, for every request of the sign-in.
+        if configuration.dpop != .off {
+            do {
+                client.dpop = try DPoPKey.generate(supported: metadata.dpopSigningAlgValuesSupported ?? [])
+            } catch {
+                throw VaultError.outOfGuardedMemory
+            }
+            if client.dpop == nil, configuration.dpop == .required { throw VaultError.dpopNotOffered(name) }
         }
         return SignInContext(configuration: configuration, client: client, metadata: metadata, generation: generation)
     }
@@ -92,6 +101,20 @@ extension Broker: SignInBroker {
         guard let refreshToken = response.refreshToken else {
             throw VaultError.noRefreshToken(name)
         }
+        // The key is kept only when the issuer bound the tokens to it.
+        let key = response.tokenType == "DPoP" ? context.client.dpop : nil
+        if key == nil, configuration.dpop == .required {
+            self.logger.warning("the issuer bound no key; the refresh token is revoked", metadata: ["account": "\(name)"])
+            let oidc = self.oidc
+            self.chores.soon { _ = await oidc.revoke(refreshToken: refreshToken, client: client, metadata: metadata) }
+            throw VaultError.dpopNotBound(name)
+        }
+        let sealedKey: SecretBytes?
+        do {
+            sealedKey = try key?.sealed
+        } catch {
+            throw VaultError.outOfGuardedMemory
+        }
         let now = self.clock.now()
         var claims: StoredClaims?
         if let idToken = response.idToken {
@@ -114,7 +137,7 @@ extension Broker: SignInBroker {
             throw self.fenced(name, rotated: refreshToken, client: client, metadata: metadata)
         }
         let clientSecret = self.accounts[name]?.secrets.clientSecret
-        let secrets = AccountSecrets(refreshToken: refreshToken, clientSecret: clientSecret, idToken: response.idToken)
+        let secrets = AccountSecrets(refreshToken: refreshToken, clientSecret: clientSecret, idToken: response.idToken, dpopKey: sealedKey)
         do {
             let owner = self.owner(of: name)
             try await self.stored { store throws(StoreError) in try await store.save(secrets, for: owner) }
@@ -135,7 +158,8 @@ extension Broker: SignInBroker {
             issuedAt: now,
             lifetime: response.expiresIn ?? Self.assumedLifetime,
             scope: response.scope ?? configuration.scopes.joined(separator: " "),
-            refreshAhead: configuration.refreshAhead
+            refreshAhead: configuration.refreshAhead,
+            dpop: key
         )
         self.cache.store(token, account: name, key: TokenCache.key(configuration.scopes))
         let username = self.accounts[name]?.username

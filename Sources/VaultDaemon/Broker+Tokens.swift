@@ -39,6 +39,16 @@ extension Broker {
     /// `identity`: the account the gate admitted the caller to; another
     /// account of the name since is not served.
     public func token(_ request: TokenRequest, for peer: Peer, identity: String? = nil) async throws(VaultError) -> TokenResult {
+        try await self.cachedToken(request, identity: identity).result(now: self.clock.now())
+    }
+
+    /// `token`'s token, with the DPoP key it is bound to (nil: a bearer token).
+    func boundToken(_ request: TokenRequest, identity: String?) async throws(VaultError) -> (TokenResult, DPoPKey?) {
+        let token = try await self.cachedToken(request, identity: identity)
+        return (token.result(now: self.clock.now()), token.dpop)
+    }
+
+    private func cachedToken(_ request: TokenRequest, identity: String?) async throws(VaultError) -> CachedToken {
         let name = request.account
         guard let account = self.accounts[name] else { throw VaultError.unknownAccount(name) }
         try Self.checkAdmitted(account.configuration, identity)
@@ -50,11 +60,11 @@ extension Broker {
             if self.cache.claimRefreshAhead(account: name, key: key, now: now) {
                 self.refreshAhead(name, scopes: request.scopes)
             }
-            return cached.result(now: now)
+            return cached
         }
         try self.checkSignedIn(name)
         if let wait = self.accounts[name].map({ $0.backoff.notBefore - now }), wait > 0 {
-            if let cached = cachedToken, cached.expiresAt > now { return cached.result(now: now) }
+            if let cached = cachedToken, cached.expiresAt > now { return cached }
             throw VaultError.idpUnavailable(name, reason: "the last attempt failed", retryAfter: wait)
         }
         let refresh = self.accounts[name]?.refreshing[key]?.task ?? self.startRefresh(name, key: key, scopes: request.scopes)
@@ -66,10 +76,10 @@ extension Broker {
         let later = self.clock.now()
         switch outcome {
         case .success(let token):
-            return token.result(now: later)
+            return token
         case .failure(let error) where error.code == .idpUnavailable:
             if let cached = self.cache.token(account: name, key: key), cached.expiresAt > later {
-                return cached.result(now: later)
+                return cached
             }
             throw error
         case .failure(let error):
@@ -185,11 +195,12 @@ extension Broker {
 
     /// `userinfo`: the issuer's userinfo, fetched with a fresh access token.
     public func userinfo(account name: String, for peer: Peer, identity: String? = nil) async throws(VaultError) -> UserinfoResult {
-        let token = try await self.token(TokenRequest(account: name), for: peer, identity: identity)
+        let (token, key) = try await self.boundToken(TokenRequest(account: name), identity: identity)
         guard let configuration = self.accounts[name]?.configuration else { throw VaultError.unknownAccount(name) }
+        let client = ClientCredentials(clientID: configuration.clientID, secret: nil, dpop: key)
         do {
             let metadata = try await self.oidc.metadata(for: configuration.issuer, now: self.clock.now())
-            return UserinfoResult(userinfo: try await self.oidc.userinfo(accessToken: token.accessToken, metadata: metadata))
+            return UserinfoResult(userinfo: try await self.oidc.userinfo(accessToken: token.accessToken, client: client, metadata: metadata))
         } catch {
             throw VaultError(error, account: name)
         }
@@ -217,7 +228,8 @@ extension Broker {
         let wait = account.backoff.notBefore - self.clock.now()
         guard wait <= 0 else { return .failure(VaultError.idpUnavailable(name, reason: "the last attempt failed", retryAfter: wait)) }
         let configuration = account.configuration
-        let client = ClientCredentials(clientID: configuration.clientID, secret: account.secrets.clientSecret)
+        let proofKey = account.secrets.dpop
+        let client = ClientCredentials(clientID: configuration.clientID, secret: account.secrets.clientSecret, dpop: proofKey)
         let response: TokenResponse
         let metadata: ProviderMetadata
         do {
@@ -289,7 +301,8 @@ extension Broker {
             issuedAt: now,
             lifetime: response.expiresIn ?? Self.assumedLifetime,
             scope: response.scope ?? scope ?? configuration.scopes.joined(separator: " "),
-            refreshAhead: configuration.refreshAhead
+            refreshAhead: configuration.refreshAhead,
+            dpop: response.tokenType == "DPoP" ? proofKey : nil
         )
         self.cache.store(token, account: name, key: key)
         self.accounts[name]?.backoff = Backoff()
@@ -353,3 +366,11 @@ extension Broker {
     }
 }
 
+
+extension AccountSecrets {
+    /// The grant's DPoP key; nil for a bearer grant (or a key of an
+    /// algorithm this vaultd does not know).
+    var dpop: DPoPKey? {
+        self.dpopKey.flatMap { sealed in (try? DPoPKey(sealed: sealed)) ?? nil }
+    }
+}

@@ -168,7 +168,8 @@ public actor Broker {
                         username: account.username,
                         accessTokenExpiresAt: self.cache.token(account: account.configuration.name, key: nil)
                             .map { Seconds.int64($0.expiresAt) },
-                        needsReauth: account.needsReauth
+                        needsReauth: account.needsReauth,
+                        dpopJKT: account.secrets.dpop?.thumbprint
                     )
                 },
             storageError: self.storageError

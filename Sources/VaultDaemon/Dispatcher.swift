@@ -1,4 +1,5 @@
 public import Logging
+import VaultOIDC
 public import VaultProtocol
 public import VaultServer
 
@@ -90,11 +91,8 @@ public struct Dispatcher: RequestHandler {
                 minTTL: token.minTTL,
                 now: self.clock.now()
             ) {
-            case .hit(let result, let refreshAhead):
-                if refreshAhead {
-                    let broker = self.broker
-                    broker.chores.soon { await broker.refreshAhead(token.account, scopes: token.scopes) }
-                }
+            case .hit(let result, _, let refreshAhead):
+                if refreshAhead { self.refreshAhead(token) }
                 switch Gate.release(result, of: token.account, through: self.grant, policy: cache.policy(of:)) {
                 case .success(let released):
                     self.audit(token.account, peer)
@@ -107,6 +105,27 @@ public struct Dispatcher: RequestHandler {
             }
         case .token(let token):
             return self.later(id) { () throws(VaultError) in try await self.releaseToken(token, peer, identity) }
+        case .dpopProof(let ask) where !ask.token.forceRefresh:
+            // As `token`: a cached token's proof is made here, on the event loop.
+            let token = ask.token
+            switch cache.lookup(account: token.account, identity: identity, scopes: token.scopes, minTTL: token.minTTL, now: self.clock.now()) {
+            case .hit(let result, let key, let refreshAhead):
+                if refreshAhead { self.refreshAhead(token) }
+                do throws(VaultError) {
+                    return .ready(Response(id: id, try self.prove(ask, result, key, peer)))
+                } catch {
+                    return .ready(Response(id: id, error: error))
+                }
+            case .miss:
+                return self.later(id) { () throws(VaultError) in try await self.proveFresh(ask, peer, identity) }
+            }
+        case .dpopProof(let ask):
+            return self.later(id) { () throws(VaultError) in try await self.proveFresh(ask, peer, identity) }
+        case .dpopNonce(let account, let origin, let nonce):
+            guard cache.recordNonce(nonce, origin: origin, account: account, identity: identity) else {
+                return .ready(Response(id: id, error: .unknownAccount(account)))
+            }
+            return .ready(Response(id: id, EmptyResult()))
         case .claims(let account):
             return self.later(id) { () throws(VaultError) in try await self.broker.claims(account: account, for: peer, identity: identity) }
         case .userinfo(let account):
@@ -156,7 +175,8 @@ public struct Dispatcher: RequestHandler {
     private static func account(of command: Command) -> String? {
         switch command {
         case .token(let request): request.account
-        case .claims(let name), .userinfo(let name), .refreshToken(let name): name
+        case .dpopProof(let request): request.token.account
+        case .claims(let name), .userinfo(let name), .refreshToken(let name), .dpopNonce(let name, _, _): name
         default: nil
         }
     }
@@ -166,6 +186,49 @@ public struct Dispatcher: RequestHandler {
         let result = try Gate.release(token, of: request.account, through: self.grant, policy: self.broker.cache.policy(of:)).get()
         self.audit(request.account, peer)
         return result
+    }
+
+    /// A token past its refresh-ahead point: its refresh starts in the background.
+    private func refreshAhead(_ token: TokenRequest) {
+        let broker = self.broker
+        broker.chores.soon { await broker.refreshAhead(token.account, scopes: token.scopes) }
+    }
+
+    /// `dpop.proof` when no cached token serves it: the token as `token` gets it, then the proof.
+    private func proveFresh(_ ask: DPoPProofRequest, _ peer: Peer, _ identity: String?) async throws(VaultError) -> DPoPProofResult {
+        let (result, key) = try await self.broker.boundToken(ask.token, identity: identity)
+        return try self.prove(ask, result, key, peer)
+    }
+
+    /// The proof for `ask`, with the token `result` it pairs with, signed
+    /// by the key the token is bound to, when the token may leave this door.
+    private func prove(_ ask: DPoPProofRequest, _ result: TokenResult, _ key: DPoPKey?, _ peer: Peer) throws(VaultError) -> DPoPProofResult {
+        let account = ask.token.account
+        guard let key else { throw .notDPoPBound(account) }
+        let cache = self.broker.cache
+        let released = try Gate.release(result, of: account, through: self.grant, policy: cache.policy(of:)).get()
+        let proof: String
+        do {
+            proof = try key.proof(
+                for: ask.target,
+                issuedAt: Seconds.int64(self.clock.now()),
+                nonce: cache.nonce(account: account, origin: ask.target.origin),
+                accessToken: released.accessToken
+            )
+        } catch {
+            throw .proofNotMade
+        }
+        var metadata = Self.auditMetadata(account, peer, share: self.grant?.id)
+        metadata["htm"] = "\(ask.target.method)"
+        metadata["origin"] = "\(ask.target.origin)"
+        self.logger.info("dpop proof made", metadata: metadata)
+        return DPoPProofResult(
+            proof: proof,
+            accessToken: released.accessToken,
+            expiresAt: released.expiresAt,
+            expiresIn: released.expiresIn,
+            scope: released.scope
+        )
     }
 
     /// One line per access token handed out: which account, to which

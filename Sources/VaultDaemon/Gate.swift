@@ -18,6 +18,8 @@ public struct ShareGrant: Sendable {
     public let accounts: [String: Account]
     /// The scopes the share was opened with; nil: each account's own.
     public let scopes: [String]?
+    /// Whether the share makes DPoP proofs (`dpop.proof`, `dpop.nonce`).
+    public let dpop: Bool
 }
 
 /// The one gate every way out of the vault passes through: the dispatcher
@@ -30,12 +32,13 @@ public struct ShareGrant: Sendable {
 /// a branch, so the cached-token path stays on the event loop.
 ///
 /// Every door:
-/// - `token`, `claims` and `userinfo` of an account with `allowed_clients`
-///   only for a program on that list; `refresh_token` only where the account
+/// - `token`, `dpop.proof`, `dpop.nonce`, `claims` and `userinfo` of an
+///   account with `allowed_clients` only for a program on that list; `refresh_token` only where the account
 ///   has `release_refresh_token` and the program is on its (non-empty) list.
 ///
 /// A share, besides:
-/// - only `hello`, `status`, `token` and `subscribe`; everything else is
+/// - only `hello`, `status`, `token` and `subscribe`, and `dpop.proof` and
+///   `dpop.nonce` when it was opened with `dpop`; everything else is
 ///   `forbidden`;
 /// - only its accounts, and only while each is the account that was shared
 ///   (its identity); any other name is refused with the same message whether
@@ -47,6 +50,7 @@ public struct ShareGrant: Sendable {
 /// - a token whose `scope`, as the issuer answered it, is wider than granted
 ///   is `forbidden`, whatever was asked (issuers may ignore `scope` on a
 ///   refresh, RFC 6749 §6);
+/// - `dpop.proof` by the same rules as `token`, for the token it pairs with;
 /// - `subscribe` to accounts outside the share is `forbidden`.
 enum Gate {
     /// What `command` from `peer` may be through the door `grant` (nil: the
@@ -74,7 +78,10 @@ enum Gate {
         case .token(let request):
             guard let account = policy(request.account), !account.allows(peer) else { return .success(command) }
             return .failure(.forbidden(request.account))
-        case .claims(let name), .userinfo(let name):
+        case .dpopProof(let request):
+            guard let account = policy(request.token.account), !account.allows(peer) else { return .success(command) }
+            return .failure(.forbidden(request.token.account))
+        case .claims(let name), .userinfo(let name), .dpopNonce(let name, _, _):
             guard let account = policy(name), !account.allows(peer) else { return .success(command) }
             return .failure(.forbidden(name))
         case .refreshToken(let name):
@@ -96,16 +103,21 @@ enum Gate {
         switch command {
         case .hello, .status:
             return .success(command)
-        case .token(var token):
-            guard let account = shared(token.account) else { return .failure(.notShared(token.account)) }
-            guard !token.forceRefresh else { return .failure(.shareCannotForceRefresh) }
-            token.minTTL = min(token.minTTL, TokenRequest.defaultMinTTL)
-            if let asked = token.scopes {
-                guard Set(asked).isSubset(of: account.scopes) else { return .failure(.beyondShareScopes(account.scopes)) }
-            } else {
-                token.scopes = account.scopes
+        case .token(let token):
+            return Self.narrow(token, shared(token.account)).map(Command.token)
+        case .dpopProof(var proof):
+            guard grant.dpop else { return .failure(.shareMakesNoProofs) }
+            switch Self.narrow(proof.token, shared(proof.token.account)) {
+            case .success(let token):
+                proof.token = token
+                return .success(.dpopProof(proof))
+            case .failure(let error):
+                return .failure(error)
             }
-            return .success(.token(token))
+        case .dpopNonce(let name, _, _):
+            guard grant.dpop else { return .failure(.shareMakesNoProofs) }
+            guard shared(name) != nil else { return .failure(.notShared(name)) }
+            return .success(command)
         case .subscribe(let accounts):
             let names = accounts ?? grant.accounts.keys.sorted()
             for name in names where shared(name) == nil { return .failure(.notShared(name)) }
@@ -113,6 +125,20 @@ enum Gate {
         default:
             return .failure(.shareServesOnly)
         }
+    }
+
+    /// A token request through a share, for the account it shares (nil: not shared).
+    private static func narrow(_ token: TokenRequest, _ account: ShareGrant.Account?) -> Result<TokenRequest, VaultError> {
+        guard let account else { return .failure(.notShared(token.account)) }
+        guard !token.forceRefresh else { return .failure(.shareCannotForceRefresh) }
+        var token = token
+        token.minTTL = min(token.minTTL, TokenRequest.defaultMinTTL)
+        if let asked = token.scopes {
+            guard Set(asked).isSubset(of: account.scopes) else { return .failure(.beyondShareScopes(account.scopes)) }
+        } else {
+            token.scopes = account.scopes
+        }
+        return .success(token)
     }
 
     /// Whether the token `result` for `account` may leave through the door.

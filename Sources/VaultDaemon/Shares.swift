@@ -53,7 +53,7 @@ public actor Shares {
             granted[configuration.name] = ShareGrant.Account(identity: identity, scopes: request.scopes ?? configuration.scopes)
         }
         let accounts = granted.keys.sorted()
-        let grant = ShareGrant(id: id, accounts: granted, scopes: request.scopes)
+        let grant = ShareGrant(id: id, accounts: granted, scopes: request.scopes, dpop: request.dpop)
         let server: any ShareSocket
         do {
             server = try await self.listen(socket, grant, Self.maximumConnections)
@@ -65,7 +65,14 @@ public actor Shares {
         let expiry = request.ttl.map { ttl in
             self.chores.at(now + Double(ttl)) { await self.end(id, reason: "expired") }
         }
-        let result = ShareResult(share: id, socket: socket, accounts: accounts, scopes: request.scopes, expiresAt: expiresAt)
+        let result = ShareResult(
+            share: id,
+            socket: socket,
+            accounts: accounts,
+            scopes: request.scopes,
+            expiresAt: expiresAt,
+            dpop: request.dpop
+        )
         self.entries[id] = Entry(result: result, grant: grant, socket: server, expiry: expiry)
         self.logger.notice(
             "share opened",

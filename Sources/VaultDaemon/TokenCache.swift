@@ -1,5 +1,6 @@
 import Synchronization
 import VaultCrypto
+public import VaultOIDC
 public import VaultProtocol
 import VaultServer
 
@@ -13,12 +14,18 @@ public final class TokenCache: Sendable {
         var policy: AccountPolicy
         var defaultKey: String
         var tokens: [String: CachedToken] = [:]
+        /// Resource servers' DPoP nonces, by origin, oldest first.
+        var nonces: [(origin: String, nonce: String)] = []
     }
 
+    /// The most resource-server nonces kept per account.
+    static let noncesPerAccount = 64
+
     public enum Lookup {
-        /// A token to answer with; `refreshAhead` is true for the one caller
-        /// that finds it past its refresh-ahead point first.
-        case hit(TokenResult, refreshAhead: Bool)
+        /// A token to answer with, and the DPoP key it is bound to (nil: a
+        /// bearer token); `refreshAhead` is true for the one caller that
+        /// finds it past its refresh-ahead point first.
+        case hit(TokenResult, dpop: DPoPKey?, refreshAhead: Bool)
         case miss
     }
 
@@ -34,7 +41,7 @@ public final class TokenCache: Sendable {
             guard let token = entry.tokens[key], token.expiresAt - now >= Double(minTTL) else { return .miss }
             let due = !token.refreshAheadClaimed && now >= token.refreshAt
             if due { entries[account]?.tokens[key]?.refreshAheadClaimed = true }
-            return .hit(token.result(now: now), refreshAhead: due)
+            return .hit(token.result(now: now), dpop: token.dpop, refreshAhead: due)
         }
     }
 
@@ -59,11 +66,12 @@ public final class TokenCache: Sendable {
 
     func configure(_ configuration: AccountConfiguration) {
         self.state.withLock { entries in
-            let tokens = entries[configuration.name]?.tokens ?? [:]
+            let entry = entries[configuration.name]
             entries[configuration.name] = Entry(
                 policy: AccountPolicy(configuration),
                 defaultKey: Self.key(configuration.scopes),
-                tokens: tokens
+                tokens: entry?.tokens ?? [:],
+                nonces: entry?.nonces ?? []
             )
         }
     }
@@ -84,6 +92,24 @@ public final class TokenCache: Sendable {
             // The default scope set's key is the entry's own: one copy, not two.
             entries[account]?.tokens[key == entry.defaultKey ? entry.defaultKey : key] = token
         }
+    }
+
+    /// Records a resource server's nonce for `account`'s later proofs to
+    /// `origin`; false when there is no such account (by identity).
+    public func recordNonce(_ nonce: String, origin: String, account: String, identity: String?) -> Bool {
+        self.state.withLock { entries in
+            guard var entry = entries[account], entry.policy.identity == identity else { return false }
+            entry.nonces.removeAll { $0.origin == origin }
+            if entry.nonces.count >= Self.noncesPerAccount { entry.nonces.removeFirst() }
+            entry.nonces.append((origin, nonce))
+            entries[account] = entry
+            return true
+        }
+    }
+
+    /// The nonce a resource server at `origin` last gave for `account`.
+    func nonce(account: String, origin: String) -> String? {
+        self.state.withLock { entries in entries[account]?.nonces.last { $0.origin == origin }?.nonce }
     }
 
     func clearTokens(account: String) {
@@ -130,22 +156,25 @@ struct CachedToken: Sendable {
     var refreshAt: Double
     var refreshAheadClaimed = false
     var scope: String
+    /// The DPoP key the token is bound to; nil: a bearer token.
+    var dpop: DPoPKey?
 
     /// `lifetime` is the issuer's `expires_in` (clamped to 0 s to ten years);
     /// `refreshAhead` the percentage of it after which the token is renewed
     /// ahead of expiry (100: never ahead).
-    init(accessToken: SecretBytes, issuedAt: Double, lifetime: Int, scope: String, refreshAhead: Int) {
+    init(accessToken: SecretBytes, issuedAt: Double, lifetime: Int, scope: String, refreshAhead: Int, dpop: DPoPKey? = nil) {
         let lifetime = Double(min(max(lifetime, 0), Seconds.maximumLifetime))
         self.accessToken = accessToken
         self.expiresAt = issuedAt + lifetime
         self.refreshAt = issuedAt + lifetime * Double(min(max(refreshAhead, 1), 100)) / 100
         self.scope = scope
+        self.dpop = dpop
     }
 
     func result(now: Double) -> TokenResult {
         TokenResult(
             accessToken: self.accessToken,
-            tokenType: "Bearer",
+            tokenType: self.dpop == nil ? "Bearer" : "DPoP",
             expiresAt: Seconds.int64(self.expiresAt),
             expiresIn: max(0, Seconds.int64(self.expiresAt - now)),
             scope: self.scope

@@ -62,7 +62,15 @@ extension VaultError {
         VaultError(.forbidden, "'\(name)' releases its refresh token only to the programs in its allowed_clients")
     }
 
-    static let shareServesOnly = VaultError(.forbidden, "a shared socket serves only hello, status, token and subscribe")
+    static let shareServesOnly = VaultError(
+        .forbidden,
+        "a shared socket serves only hello, status, token and subscribe (and dpop.proof and dpop.nonce when shared with --dpop)"
+    )
+
+    static let shareMakesNoProofs = VaultError(
+        .forbidden,
+        "this shared socket makes no DPoP proofs; share the account with: vaultctl share ACCOUNT --socket PATH --dpop"
+    )
 
     static let shareCannotForceRefresh = VaultError(
         .forbidden,
@@ -106,6 +114,38 @@ extension VaultError {
 
     static func noIDTokenYet(_ name: String) -> VaultError {
         VaultError(.notSignedIn, "the issuer has sent no ID token for '\(name)' yet; ask for a token first")
+    }
+
+    // MARK: DPoP
+
+    static let proofNotMade = VaultError(.internalError, "vaultd could not make a DPoP proof (out of guarded memory)")
+
+    static func notDPoPBound(_ name: String) -> VaultError {
+        VaultError(
+            .badRequest,
+            "'\(name)' holds bearer tokens, not DPoP-bound ones: use vaultctl token \(name), "
+                + "or set its dpop to auto or required and sign in again"
+        )
+    }
+
+    /// `dpop` is `required`, and the issuer's discovery offers no algorithm vaultd makes keys for.
+    static func dpopNotOffered(_ name: String) -> VaultError {
+        VaultError(
+            .idpError,
+            "'\(name)' requires DPoP, and its issuer does not offer EdDSA proofs (dpop_signing_alg_values_supported); "
+                + "enable DPoP with EdDSA at the issuer, or set the account's dpop to auto",
+            error: "dpop_unsupported"
+        )
+    }
+
+    /// `dpop` is `required`, and the issuer answered with bearer tokens.
+    static func dpopNotBound(_ name: String) -> VaultError {
+        VaultError(
+            .idpError,
+            "'\(name)' requires DPoP, and its issuer answered with bearer tokens, which were revoked; "
+                + "enable DPoP for the client at the issuer, or set the account's dpop to auto",
+            error: "dpop_not_bound"
+        )
     }
 
     static func noRefreshToken(_ name: String) -> VaultError {
@@ -341,6 +381,14 @@ enum SignInError {
     /// Any issuer failure, as everywhere in the daemon.
     static func issuer(_ error: ProviderError, account name: String) -> VaultError {
         VaultError(error, account: name)
+    }
+
+    static func nativeCannotBindKey(account name: String) -> VaultError {
+        VaultError(
+            .idpError,
+            "'\(name)' requires DPoP, which email sign-in does not bind here; sign in with --browser, --device or --password",
+            error: "dpop_not_bound"
+        )
     }
 
     static func noCodes(account name: String) -> VaultError {

@@ -1,6 +1,6 @@
 import FoundationEssentials
 public import VaultCrypto
-import VaultProtocol
+public import VaultProtocol
 
 /// A grant's DPoP key (RFC 9449): made in the vault when a sign-in starts,
 /// sealed with the refresh token it binds, and used only to sign proofs
@@ -83,63 +83,22 @@ public struct DPoPKey: Sendable, Equatable {
     /// `DPoPTarget` checked them, `iat` the vault's now (never ahead), a
     /// random `jti`, `ath` over the access token it goes with, and the
     /// server's `nonce` when it gave one.
+    ///
+    /// Written without an encoder: every value is a JSON string that needs
+    /// no escape (`DPoPTarget` and `DPoPNonce` admit no quote, backslash or
+    /// control character; the rest is base64url) or an integer.
     public func proof(for target: DPoPTarget, issuedAt: Int64, nonce: String? = nil, accessToken: SecretBytes? = nil) throws -> String {
         let header = #"{"alg":"\#(self.algorithm.rawValue)","jwk":\#(self.publicJWK),"typ":"dpop+jwt"}"#
-        let claims = ProofClaims(
-            ath: try accessToken.map { token in Base64URL.encode(try token.withUnsafeBytes { try sha256($0) }) },
-            htm: target.method,
-            htu: target.url,
-            iat: issuedAt,
-            jti: Base64URL.encode(try randomBytes(16)),
-            nonce: nonce
-        )
-        let input = Base64URL.encode(Array(header.utf8)) + "." + Base64URL.encode(Array(try LineCodec.json(claims)))
+        var claims = "{"
+        if let accessToken {
+            claims += #""ath":""# + Base64URL.encode(try accessToken.withUnsafeBytes { token throws(SodiumError) in try sha256(token) }) + #"","#
+        }
+        claims += #""htm":""# + target.method + #"","htu":""# + target.url + #"","iat":"# + String(issuedAt)
+        claims += #","jti":""# + Base64URL.encode(try randomBytes(16)) + "\""
+        if let nonce = DPoPNonce.valid(nonce) { claims += #","nonce":""# + nonce + "\"" }
+        claims += "}"
+        let input = Base64URL.encode(Array(header.utf8)) + "." + Base64URL.encode(Array(claims.utf8))
         let signature = try Ed25519.sign(Array(input.utf8), with: self.secretKey)
         return input + "." + Base64URL.encode(signature)
-    }
-
-    private struct ProofClaims: Encodable {
-        var ath: String?
-        var htm: String
-        var htu: String
-        var iat: Int64
-        var jti: String
-        var nonce: String?
-    }
-}
-
-/// The request a proof is for: an HTTP method token and an absolute
-/// http(s) URL, which the `htu` claim carries without its query and
-/// fragment and otherwise as given (RFC 9449 §4.2: no normalisation).
-public struct DPoPTarget: Sendable, Equatable {
-    public let method: String
-    public let url: String
-    /// The URL's scheme and authority, lower-cased: where a resource
-    /// server's nonce applies.
-    public let origin: String
-
-    /// nil when `method` is not an HTTP method token or `url` not an
-    /// absolute http or https URL with a host.
-    public init?(method: String, url: String) {
-        let tokenBytes = Set(Array("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ".utf8))
-        guard !method.isEmpty, method.utf8.count <= 32, method.utf8.allSatisfy(tokenBytes.contains) else { return nil }
-        guard url.utf8.count <= 4096, url.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") })
-        else { return nil }
-        let bare = String(url.prefix { $0 != "?" && $0 != "#" })
-        let lower = bare.lowercased()
-        let scheme: String
-        if lower.hasPrefix("https://") {
-            scheme = "https://"
-        } else if lower.hasPrefix("http://") {
-            scheme = "http://"
-        } else {
-            return nil
-        }
-        let rest = bare.dropFirst(scheme.count)
-        let authority = rest.prefix { $0 != "/" }
-        guard !authority.isEmpty, !authority.contains("@") else { return nil }
-        self.method = method
-        self.url = bare
-        self.origin = scheme + authority.lowercased()
     }
 }

@@ -190,15 +190,6 @@ public actor OIDCClient {
         Int64(Date().timeIntervalSince1970.rounded(.down))
     }
 
-    /// A `DPoP-Nonce` header's value if it is one (RFC 9449 §8.1: `NQCHAR`s,
-    /// here at most 512 of them); an issuer's other bytes are not sent back.
-    static func dpopNonce(_ value: String?) -> String? {
-        guard let value, !value.isEmpty, value.utf8.count <= 512,
-            value.utf8.allSatisfy({ $0 == 0x21 || (0x23...0x5B).contains($0) || (0x5D...0x7E).contains($0) })
-        else { return nil }
-        return value
-    }
-
     /// A form body with client authentication (RFC 6749 §2.3.1): HTTP Basic
     /// when the client has a secret and the issuer accepts it, else the
     /// secret in the body; a public client sends only `client_id`.
@@ -228,13 +219,41 @@ public actor OIDCClient {
     // MARK: Userinfo
 
     /// The userinfo document for `accessToken`, as the issuer wrote it.
-    public func userinfo(accessToken: SecretBytes, metadata: ProviderMetadata) async throws(ProviderError) -> JSONValue {
+    public func userinfo(accessToken: SecretBytes, client: ClientCredentials, metadata: ProviderMetadata) async throws(ProviderError) -> JSONValue {
         guard let endpoint = metadata.userinfoEndpoint else {
             throw .rejected(error: "unsupported", description: "the issuer has no userinfo endpoint")
         }
         var headers = HTTPHeaders()
-        headers.add(name: "Authorization", value: "Bearer " + accessToken.unsafeString())
-        let reply = try await self.send(url: endpoint, method: .GET, headers: headers)
+        var reply: Reply
+        if let key = client.dpop {
+            // A DPoP-bound token goes with a proof (RFC 9449 §7), and once
+            // more with the server's nonce when it asks for one (§9).
+            guard let target = DPoPTarget(method: "GET", url: endpoint) else {
+                throw .untrusted(reason: "the userinfo endpoint is not a URL a DPoP proof can name")
+            }
+            headers.add(name: "Authorization", value: "DPoP " + accessToken.unsafeString())
+            let nonceKey = target.origin + " " + client.clientID
+            var retried = false
+            while true {
+                let sentNonce = self.dpopNonces[nonceKey]
+                var proved = headers
+                do {
+                    proved.add(
+                        name: "DPoP",
+                        value: try key.proof(for: target, issuedAt: Self.unixNow(), nonce: sentNonce, accessToken: accessToken)
+                    )
+                } catch {
+                    throw .unavailable(reason: "no DPoP proof could be made (\(type(of: error)))", retryAfterSeconds: nil)
+                }
+                reply = try await self.send(url: endpoint, method: .GET, headers: proved)
+                if let nonce = reply.dpopNonce { self.remember(nonce, for: nonceKey) }
+                guard reply.status == 401, !retried, let nonce = reply.dpopNonce, nonce != sentNonce else { break }
+                retried = true
+            }
+        } else {
+            headers.add(name: "Authorization", value: "Bearer " + accessToken.unsafeString())
+            reply = try await self.send(url: endpoint, method: .GET, headers: headers)
+        }
         switch reply.status {
         case 200:
             guard let document = try? JSONDecoder().decode(JSONValue.self, from: Data(reply.body)),
@@ -382,7 +401,7 @@ public actor OIDCClient {
                         body: bytes,
                         retryAfter: IssuerNumber.retryAfter(response.headers.first(name: "Retry-After")),
                         maxAge: IssuerNumber.maxAge(response.headers[canonicalForm: "Cache-Control"]),
-                        dpopNonce: Self.dpopNonce(response.headers.first(name: "DPoP-Nonce"))
+                        dpopNonce: DPoPNonce.valid(response.headers.first(name: "DPoP-Nonce"))
                     )
                 }
                 group.addTask {

@@ -172,17 +172,32 @@ extension OIDCClient {
 
 /// Base64url without padding (RFC 4648 §5), as PKCE and OAuth values use it.
 enum Base64URL {
+    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+
+    /// RFC 4648 §5, without padding; byte by byte (a DPoP proof encodes four
+    /// of these per request, and Foundation's Character-wise path cost more
+    /// than the signature).
     static func encode(_ bytes: [UInt8]) -> String {
-        String(
-            Data(bytes).base64EncodedString().compactMap { character -> Character? in
-                switch character {
-                case "+": "-"
-                case "/": "_"
-                case "=": nil
-                default: character
-                }
-            }
-        )
+        let alphabet = Self.alphabet
+        var out = [UInt8]()
+        out.reserveCapacity((bytes.count * 4 + 2) / 3)
+        var index = 0
+        while index + 3 <= bytes.count {
+            let chunk = UInt32(bytes[index]) << 16 | UInt32(bytes[index + 1]) << 8 | UInt32(bytes[index + 2])
+            out.append(alphabet[Int(chunk >> 18 & 63)])
+            out.append(alphabet[Int(chunk >> 12 & 63)])
+            out.append(alphabet[Int(chunk >> 6 & 63)])
+            out.append(alphabet[Int(chunk & 63)])
+            index += 3
+        }
+        let rest = bytes.count - index
+        if rest > 0 {
+            let chunk = UInt32(bytes[index]) << 16 | (rest == 2 ? UInt32(bytes[index + 1]) << 8 : 0)
+            out.append(alphabet[Int(chunk >> 18 & 63)])
+            out.append(alphabet[Int(chunk >> 12 & 63)])
+            if rest == 2 { out.append(alphabet[Int(chunk >> 6 & 63)]) }
+        }
+        return String(decoding: out, as: UTF8.self)
     }
 }
 

@@ -19,6 +19,8 @@ public struct AccountConfiguration: Hashable, Codable, Sendable {
     /// After this percentage of an access token's lifetime, a caller's use
     /// of it starts a refresh in the background (100: only at expiry).
     public var refreshAhead: Int
+    /// Whether the account's grants are bound to a DPoP key (RFC 9449).
+    public var dpop: DPoPMode
 
     public static let defaultRefreshAhead = 80
 
@@ -30,7 +32,8 @@ public struct AccountConfiguration: Hashable, Codable, Sendable {
         allowedClients: [String] = [],
         releaseRefreshToken: Bool = false,
         redirectURI: String? = nil,
-        refreshAhead: Int = Self.defaultRefreshAhead
+        refreshAhead: Int = Self.defaultRefreshAhead,
+        dpop: DPoPMode = .auto
     ) {
         self.name = name
         self.issuer = issuer
@@ -40,10 +43,11 @@ public struct AccountConfiguration: Hashable, Codable, Sendable {
         self.releaseRefreshToken = releaseRefreshToken
         self.redirectURI = redirectURI
         self.refreshAhead = refreshAhead
+        self.dpop = dpop
     }
 
     enum CodingKeys: String, CodingKey {
-        case name, issuer, scopes
+        case name, issuer, scopes, dpop
         case identity
         case clientID = "client_id"
         case allowedClients = "allowed_clients"
@@ -63,5 +67,16 @@ public struct AccountConfiguration: Hashable, Codable, Sendable {
         self.releaseRefreshToken = try c.decodeIfPresent(Bool.self, forKey: .releaseRefreshToken) ?? false
         self.redirectURI = try c.decodeIfPresent(String.self, forKey: .redirectURI)
         self.refreshAhead = try c.decodeIfPresent(Int.self, forKey: .refreshAhead) ?? Self.defaultRefreshAhead
+        self.dpop = try c.decodeIfPresent(DPoPMode.self, forKey: .dpop) ?? .auto
     }
+}
+
+/// An account's `dpop`: when its grants are bound to a key of the vault.
+public enum DPoPMode: String, Codable, Sendable, CaseIterable {
+    /// When the issuer's discovery offers an algorithm the vault makes keys for.
+    case auto
+    /// Always: a sign-in the issuer does not bind keeps nothing.
+    case required
+    /// Never: bearer tokens.
+    case off
 }

@@ -80,10 +80,9 @@ public enum LineCodec {
 
     /// The reply's JSON without the trailing newline.
     public static func line(for response: Response) -> Data {
-        if case .success(let payload) = response.outcome, let token = payload as? TokenResult,
-            let line = token.plainLine(id: response.id)
-        {
-            return line
+        if case .success(let payload) = response.outcome {
+            if let token = payload as? TokenResult, let line = token.plainLine(id: response.id) { return line }
+            if let proof = payload as? DPoPProofResult, let line = proof.plainLine(id: response.id) { return line }
         }
         do {
             return try Self.encoder.encode(response)

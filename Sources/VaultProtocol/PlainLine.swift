@@ -186,12 +186,18 @@ enum PlainLine {
 
         /// A JSON string of `utf8`, which needs no escape; else the line is lost.
         mutating func string(_ utf8: UnsafeRawBufferPointer) {
+            self.string(prefixed: "", utf8)
+        }
+
+        /// A JSON string of `prefix` and `utf8`, which needs no escape; else the line is lost.
+        mutating func string(prefixed prefix: StaticString, _ utf8: UnsafeRawBufferPointer) {
             guard !utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
                 self.bytes?.secureZero()
                 self.bytes = nil
                 return
             }
             self.raw("\"")
+            self.raw(prefix)
             self.bytes?.append(contentsOf: utf8)
             self.raw("\"")
         }
@@ -207,10 +213,13 @@ enum PlainLine {
 }
 
 extension Request {
-    /// A `token` request in a plain line; nil for any other line.
+    /// A `token` or `dpop.proof` request in a plain line; nil for any other line.
     init?(plainToken line: UnsafeRawBufferPointer) {
         var id: RequestID?
         var isToken = false
+        var isProof = false
+        var htm: String?
+        var htu: String?
         var account: String?
         var scopes: [String]?
         var minTTL: Int?
@@ -219,7 +228,11 @@ extension Request {
             switch (key, value) {
             case ("id", .integer(let number)): id = .number(number)
             case ("id", .string(let string)): id = .string(string)
-            case ("op", .string(let op)): isToken = op == Op.token.rawValue
+            case ("op", .string(let op)):
+                isToken = op == Op.token.rawValue
+                isProof = op == Op.dpopProof.rawValue
+            case ("htm", .string(let method)): htm = method
+            case ("htu", .string(let url)): htu = url
             case ("account", .string(let name)): account = name
             case ("scope", .string(let list)): scopes = list.split(separator: " ").map(String.init)
             case ("scope", .strings(let list)): scopes = list
@@ -230,20 +243,23 @@ extension Request {
             return true
         }
         // What the Codable path would refuse, it refuses with its own words.
-        guard plain, isToken, let account else { return nil }
+        guard plain, isToken || isProof, let account else { return nil }
         if let scopes, scopes.isEmpty || scopes.contains(where: { $0.isEmpty || $0.contains(" ") }) { return nil }
         if let minTTL, !TokenRequest.minTTLRange.contains(minTTL) { return nil }
-        self.init(
-            id: id,
-            command: .token(
-                TokenRequest(
-                    account: account,
-                    scopes: scopes,
-                    minTTL: minTTL ?? TokenRequest.defaultMinTTL,
-                    forceRefresh: forceRefresh ?? false
-                )
-            )
+        let token = TokenRequest(
+            account: account,
+            scopes: scopes,
+            minTTL: minTTL ?? TokenRequest.defaultMinTTL,
+            forceRefresh: forceRefresh ?? false
         )
+        if isToken {
+            // A field `token` does not know is the Codable path's to ignore.
+            guard htm == nil, htu == nil else { return nil }
+            self.init(id: id, command: .token(token))
+        } else {
+            guard let htm, let htu, let target = DPoPTarget(method: htm, url: htu) else { return nil }
+            self.init(id: id, command: .dpopProof(DPoPProofRequest(token: token, target: target)))
+        }
     }
 
     /// The line of a `token` request, as JSONEncoder writes it; nil for any
@@ -359,6 +375,32 @@ extension TokenResult {
             line.raw("}")
             guard var bytes = line.bytes else { return nil }
             // The only unguarded copy left is the Data the reply is written from.
+            defer { bytes.secureZero() }
+            return Data(bytes)
+        }
+    }
+}
+
+extension DPoPProofResult {
+    /// The reply line for request `id`, as JSONEncoder writes it; nil when
+    /// a string needs escaping.
+    func plainLine(id: RequestID?) -> Data? {
+        self.accessToken.withUnsafeBytes { token in
+            var line = PlainLine.Writer(capacity: 160 + token.count + self.proof.utf8.count + self.scope.utf8.count)
+            line.raw(#"{"authorization":"#)
+            line.string(prefixed: "DPoP ", token)
+            line.raw(#","dpop":"#)
+            line.string(self.proof)
+            line.raw(#","expires_at":"#)
+            line.integer(self.expiresAt)
+            line.raw(#","expires_in":"#)
+            line.integer(self.expiresIn)
+            line.raw(#","id":"#)
+            line.id(id)
+            line.raw(#","ok":true,"scope":"#)
+            line.string(self.scope)
+            line.raw(#","token_type":"DPoP"}"#)
+            guard var bytes = line.bytes else { return nil }
             defer { bytes.secureZero() }
             return Data(bytes)
         }

@@ -4,7 +4,7 @@ import VaultCrypto
 extension Request: Decodable {
     private enum Key: String, CodingKey {
         case id, op, name, passphrase, account, scope, method, username, password, flow, code, accounts, all, to, restart
-        case socket, ttl, scopes, share
+        case socket, ttl, scopes, share, htm, htu, origin, nonce, dpop
         case timeoutMs = "timeout_ms"
         case minTTL = "min_ttl"
         case forceRefresh = "force_refresh"
@@ -52,16 +52,17 @@ extension Request: Decodable {
             }
             return .migrate(to: target)
         case .token:
-            let minTTL = try c.decodeIfPresent(Int.self, forKey: .minTTL) ?? TokenRequest.defaultMinTTL
-            guard TokenRequest.minTTLRange.contains(minTTL) else { throw VaultError.badMinTTL }
-            return .token(
-                TokenRequest(
-                    account: try c.decode(String.self, forKey: .account),
-                    scopes: try Self.scopes(in: c),
-                    minTTL: minTTL,
-                    forceRefresh: try c.decodeIfPresent(Bool.self, forKey: .forceRefresh) ?? false
-                )
-            )
+            return .token(try Self.tokenRequest(in: c))
+        case .dpopProof:
+            let token = try Self.tokenRequest(in: c)
+            guard let target = DPoPTarget(method: try c.decode(String.self, forKey: .htm), url: try c.decode(String.self, forKey: .htu))
+            else { throw VaultError.badDPoPTarget }
+            return .dpopProof(DPoPProofRequest(token: token, target: target))
+        case .dpopNonce:
+            let account = try c.decode(String.self, forKey: .account)
+            guard let origin = DPoPNonce.origin(try c.decode(String.self, forKey: .origin)) else { throw VaultError.badDPoPOrigin }
+            guard let nonce = DPoPNonce.valid(try c.decode(String.self, forKey: .nonce)) else { throw VaultError.badDPoPNonce }
+            return .dpopNonce(account: account, origin: origin, nonce: nonce)
         case .signinStart:
             return .signinStart(
                 SignInStart(
@@ -111,7 +112,15 @@ extension Request: Decodable {
             if let scopes, scopes.isEmpty || !scopes.allSatisfy({ !$0.isEmpty && !$0.contains(" ") }) {
                 throw VaultError.badScopeList("scopes")
             }
-            return .shareOpen(ShareOpen(accounts: accounts, socket: try c.decode(String.self, forKey: .socket), ttl: ttl, scopes: scopes))
+            return .shareOpen(
+                ShareOpen(
+                    accounts: accounts,
+                    socket: try c.decode(String.self, forKey: .socket),
+                    ttl: ttl,
+                    scopes: scopes,
+                    dpop: try c.decodeIfPresent(Bool.self, forKey: .dpop) ?? false
+                )
+            )
         case .shareList:
             return .shareList
         case .shareClose:
@@ -129,6 +138,18 @@ extension Request: Decodable {
                 )
             )
         }
+    }
+
+    /// The fields `token` and `dpop.proof` share.
+    private static func tokenRequest(in c: KeyedDecodingContainer<Key>) throws -> TokenRequest {
+        let minTTL = try c.decodeIfPresent(Int.self, forKey: .minTTL) ?? TokenRequest.defaultMinTTL
+        guard TokenRequest.minTTLRange.contains(minTTL) else { throw VaultError.badMinTTL }
+        return TokenRequest(
+            account: try c.decode(String.self, forKey: .account),
+            scopes: try Self.scopes(in: c),
+            minTTL: minTTL,
+            forceRefresh: try c.decodeIfPresent(Bool.self, forKey: .forceRefresh) ?? false
+        )
     }
 
     /// `scope` as one space-separated string or a list of strings.
@@ -200,16 +221,24 @@ extension Request: Encodable {
             try c.encode(target, forKey: .to)
         case .token(let request):
             try c.encode(Op.token.rawValue, forKey: .op)
-            try c.encode(request.account, forKey: .account)
-            try c.encodeIfPresent(request.scopes, forKey: .scope)
-            try c.encode(request.minTTL, forKey: .minTTL)
-            if request.forceRefresh { try c.encode(true, forKey: .forceRefresh) }
+            try Self.encode(request, into: &c)
+        case .dpopProof(let request):
+            try c.encode(Op.dpopProof.rawValue, forKey: .op)
+            try Self.encode(request.token, into: &c)
+            try c.encode(request.target.method, forKey: .htm)
+            try c.encode(request.target.url, forKey: .htu)
+        case .dpopNonce(let account, let origin, let nonce):
+            try c.encode(Op.dpopNonce.rawValue, forKey: .op)
+            try c.encode(account, forKey: .account)
+            try c.encode(origin, forKey: .origin)
+            try c.encode(nonce, forKey: .nonce)
         case .shareOpen(let open):
             try c.encode(Op.shareOpen.rawValue, forKey: .op)
             try c.encode(open.accounts, forKey: .accounts)
             try c.encode(open.socket, forKey: .socket)
             try c.encodeIfPresent(open.ttl, forKey: .ttl)
             try c.encodeIfPresent(open.scopes, forKey: .scopes)
+            if open.dpop { try c.encode(true, forKey: .dpop) }
         case .shareList:
             try c.encode(Op.shareList.rawValue, forKey: .op)
         case .shareClose(let target):
@@ -258,6 +287,15 @@ extension Request: Encodable {
             try c.encodeSecretIfPresent(addition.clientSecret, forKey: .clientSecret)
             try c.encodeSecretIfPresent(addition.refreshToken, forKey: .refreshToken)
         }
+    }
+}
+
+extension Request {
+    private static func encode(_ request: TokenRequest, into c: inout KeyedEncodingContainer<Key>) throws {
+        try c.encode(request.account, forKey: .account)
+        try c.encodeIfPresent(request.scopes, forKey: .scope)
+        try c.encode(request.minTTL, forKey: .minTTL)
+        if request.forceRefresh { try c.encode(true, forKey: .forceRefresh) }
     }
 }
 

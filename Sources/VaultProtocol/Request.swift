@@ -22,6 +22,10 @@ public enum Command: Sendable {
     case lock
     case unlock(passphrase: SecretBytes?)
     case token(TokenRequest)
+    /// A DPoP proof for one request of a companion, with the access token it pairs with.
+    case dpopProof(DPoPProofRequest)
+    /// A resource server's nonce for the account's later proofs to `origin`.
+    case dpopNonce(account: String, origin: String, nonce: String)
     case claims(account: String)
     case userinfo(account: String)
     case signinStart(SignInStart)
@@ -62,6 +66,8 @@ public enum Op: String, CaseIterable, Sendable {
     case lock
     case unlock
     case token
+    case dpopProof = "dpop.proof"
+    case dpopNonce = "dpop.nonce"
     case claims
     case userinfo
     case signinStart = "signin.start"

@@ -26,6 +26,12 @@ extension VaultError {
 
     static let badBackend = VaultError(.badRequest, "'to' is file or keyring")
     static let badMinTTL = VaultError(.badRequest, TokenRequest.minTTLRule)
+    static let badDPoPTarget = VaultError(
+        .badRequest,
+        "'htm' is an HTTP method (GET, POST, ...) and 'htu' an absolute http or https URL, as the request sends them"
+    )
+    static let badDPoPOrigin = VaultError(.badRequest, "'origin' is a scheme and host, as in https://rs.example or http://127.0.0.1:8080")
+    static let badDPoPNonce = VaultError(.badRequest, "'nonce' is the resource server's DPoP-Nonce, 1 to 512 printable characters without quotes or backslashes")
 
     static func required(_ field: String) -> VaultError {
         VaultError(.badRequest, "the field '\(field)' is required")

@@ -101,6 +101,8 @@ public struct AccountStatus: Codable, Sendable, Equatable {
     public var username: String?
     public var accessTokenExpiresAt: Int64?
     public var needsReauth: Bool
+    /// The RFC 7638 thumbprint of the key the grant is bound to (DPoP); nil for a bearer grant.
+    public var dpopJKT: String?
 
     public init(
         name: String,
@@ -108,7 +110,8 @@ public struct AccountStatus: Codable, Sendable, Equatable {
         signedIn: Bool,
         username: String? = nil,
         accessTokenExpiresAt: Int64? = nil,
-        needsReauth: Bool = false
+        needsReauth: Bool = false,
+        dpopJKT: String? = nil
     ) {
         self.name = name
         self.issuer = issuer
@@ -116,6 +119,7 @@ public struct AccountStatus: Codable, Sendable, Equatable {
         self.username = username
         self.accessTokenExpiresAt = accessTokenExpiresAt
         self.needsReauth = needsReauth
+        self.dpopJKT = dpopJKT
     }
 
     enum CodingKeys: String, CodingKey {
@@ -123,6 +127,7 @@ public struct AccountStatus: Codable, Sendable, Equatable {
         case signedIn = "signed_in"
         case accessTokenExpiresAt = "access_token_expires_at"
         case needsReauth = "needs_reauth"
+        case dpopJKT = "dpop_jkt"
     }
 
     /// Every field of the contract, `null` when unknown.
@@ -134,6 +139,7 @@ public struct AccountStatus: Codable, Sendable, Equatable {
         try c.encode(self.username, forKey: .username)
         try c.encode(self.accessTokenExpiresAt, forKey: .accessTokenExpiresAt)
         try c.encode(self.needsReauth, forKey: .needsReauth)
+        try c.encode(self.dpopJKT, forKey: .dpopJKT)
     }
 }
 

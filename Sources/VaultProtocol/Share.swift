@@ -8,12 +8,15 @@ public struct ShareOpen: Sendable, Equatable {
     public var ttl: Int?
     /// The scopes a token through the share may carry; nil: the accounts' own.
     public var scopes: [String]?
+    /// Whether `dpop.proof` and `dpop.nonce` pass through the share.
+    public var dpop: Bool
 
-    public init(accounts: [String], socket: String, ttl: Int? = nil, scopes: [String]? = nil) {
+    public init(accounts: [String], socket: String, ttl: Int? = nil, scopes: [String]? = nil, dpop: Bool = false) {
         self.accounts = accounts
         self.socket = socket
         self.ttl = ttl
         self.scopes = scopes
+        self.dpop = dpop
     }
 
     /// The longest a share lives: a week.
@@ -34,18 +37,31 @@ public struct ShareResult: ResultPayload, Equatable {
     public var scopes: [String]?
     /// Unix seconds; nil: the share lasts until vaultd stops.
     public var expiresAt: Int64?
+    /// Whether the share makes DPoP proofs.
+    public var dpop: Bool
 
-    public init(share: String, socket: String, accounts: [String], scopes: [String]? = nil, expiresAt: Int64? = nil) {
+    public init(share: String, socket: String, accounts: [String], scopes: [String]? = nil, expiresAt: Int64? = nil, dpop: Bool = false) {
         self.share = share
         self.socket = socket
         self.accounts = accounts
         self.scopes = scopes
         self.expiresAt = expiresAt
+        self.dpop = dpop
     }
 
     enum CodingKeys: String, CodingKey {
-        case share, socket, accounts, scopes
+        case share, socket, accounts, scopes, dpop
         case expiresAt = "expires_at"
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        self.share = try c.decode(String.self, forKey: .share)
+        self.socket = try c.decode(String.self, forKey: .socket)
+        self.accounts = try c.decode([String].self, forKey: .accounts)
+        self.scopes = try c.decodeIfPresent([String].self, forKey: .scopes)
+        self.expiresAt = try c.decodeIfPresent(Int64.self, forKey: .expiresAt)
+        self.dpop = try c.decodeIfPresent(Bool.self, forKey: .dpop) ?? false
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -55,6 +71,7 @@ public struct ShareResult: ResultPayload, Equatable {
         try c.encode(self.accounts, forKey: .accounts)
         try c.encodeIfPresent(self.scopes, forKey: .scopes)
         try c.encode(self.expiresAt, forKey: .expiresAt)
+        if self.dpop { try c.encode(true, forKey: .dpop) }
     }
 }
 

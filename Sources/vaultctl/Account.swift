@@ -100,6 +100,13 @@ struct AccountOptions: ParsableArguments {
     @Option(help: ArgumentHelp("Refresh a token in use after this share of its lifetime (10-100).", valueName: "percent"))
     var refreshAhead = AccountConfiguration.defaultRefreshAhead
 
+    @Option(help: ArgumentHelp("Bind tokens to a key of the vault (DPoP): auto, required or off.", valueName: "mode"))
+    var dpop = DPoPMode.auto.rawValue
+
+    func validate() throws {
+        guard DPoPMode(rawValue: self.dpop) != nil else { throw ValidationError("--dpop is auto, required or off") }
+    }
+
     var configuration: AccountConfiguration {
         AccountConfiguration(
             name: self.name,
@@ -109,7 +116,9 @@ struct AccountOptions: ParsableArguments {
             allowedClients: self.allowedClients,
             releaseRefreshToken: self.releaseRefreshToken,
             redirectURI: self.redirectURI,
-            refreshAhead: self.refreshAhead
+            refreshAhead: self.refreshAhead,
+            dpop: DPoPMode(rawValue: self.dpop) ?? .auto
         )
     }
 }
+

@@ -129,7 +129,7 @@ struct ExecJob {
         )
         var token: SecretBytes?
         try Connection.run(socket: self.socket) { (vault) throws(VaultError) in
-            token = try Output.field(TokenResult.self, of: try vault.send(.token(request))).accessToken
+            token = try Output.field(TokenResult.self, of: try vault.send(.token(request))).bearer(self.account).accessToken
         }
         // The connection is closed by now (and close-on-exec in any case).
         guard let token, Exec.setVariable(self.variable, to: token) else {
@@ -306,7 +306,7 @@ struct GitCredentialJob {
         let username = self.username ?? sent.username.flatMap { $0.isEmpty ? nil : $0 } ?? "oauth2"
         let request = TokenRequest(account: self.account)
         try Connection.run(socket: self.socket) { (vault) throws(VaultError) in
-            let token = try Output.field(TokenResult.self, of: try vault.send(.token(request)))
+            let token = try Output.field(TokenResult.self, of: try vault.send(.token(request))).bearer(self.account)
             var answer = Array("username=\(username)\npassword=".utf8)
             defer { answer.secureZero() }
             answer.reserveCapacity(answer.count + token.accessToken.count + 64)

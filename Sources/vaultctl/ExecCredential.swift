@@ -77,7 +77,7 @@ struct ExecCredentialJob {
         let request = TokenRequest(account: self.account, scopes: self.scopes.isEmpty ? nil : self.scopes, minTTL: self.minTTL)
         let apiVersion = ExecCredential.apiVersion(fromExecInfo: getenv("KUBERNETES_EXEC_INFO").map { String(cString: $0) })
         try Connection.run(socket: self.socket) { (vault) throws(VaultError) in
-            let token = try Output.field(TokenResult.self, of: try vault.send(.token(request)))
+            let token = try Output.field(TokenResult.self, of: try vault.send(.token(request))).bearer(self.account)
             struct Credential: Encodable {
                 struct Status: Encodable {
                     var token: String

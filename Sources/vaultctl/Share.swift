@@ -10,7 +10,8 @@ struct Share: ParsableCommand {
         abstract: "Serve some accounts' tokens on another socket: for a container, or a host you ssh into.",
         discussion: """
             The share's socket serves only hello, status, token and subscribe, for the named accounts \
-            (within the named scopes); everything else is refused. It prints the share's id.
+            (within the named scopes), and DPoP proofs with --dpop; everything else is refused. It prints \
+            the share's id.
               vaultctl share work --socket ~/.cache/tv-share.sock --ttl 3600
               ssh -R /run/user/1000/tokenvault/vaultd.sock:$HOME/.cache/tv-share.sock host
               docker run -v ~/.cache/tv-share.sock:/run/tokenvault.sock -e TOKENVAULT_SOCKET=/run/tokenvault.sock ...
@@ -30,6 +31,9 @@ struct Share: ParsableCommand {
     @Option(name: .customLong("scope"), help: "A scope tokens through the share may carry; repeat for more (default: the accounts').")
     var scopes: [String] = []
 
+    @Flag(help: "Also make DPoP proofs for the shared accounts (dpop.proof, dpop.nonce).")
+    var dpop = false
+
     @Flag(help: "List the shares instead.")
     var list = false
 
@@ -38,7 +42,7 @@ struct Share: ParsableCommand {
 
     func validate() throws {
         if self.list {
-            guard self.accounts.isEmpty, self.socket == nil, self.ttl == nil, self.scopes.isEmpty else {
+            guard self.accounts.isEmpty, self.socket == nil, self.ttl == nil, self.scopes.isEmpty, !self.dpop else {
                 throw ValidationError("--list takes no accounts or other options")
             }
             return
@@ -65,7 +69,8 @@ struct Share: ParsableCommand {
                 accounts: self.accounts,
                 socket: Self.absolute(self.socket ?? ""),
                 ttl: self.ttl,
-                scopes: self.scopes.isEmpty ? nil : self.scopes
+                scopes: self.scopes.isEmpty ? nil : self.scopes,
+                dpop: self.dpop
             )
             let reply = try vault.send(.shareOpen(open))
             if self.json { return Output.verbatim(String(decoding: reply, as: UTF8.self)) }

@@ -90,9 +90,14 @@ struct TokenJob {
                 else { throw VaultError(.badRequest, "a \(result.tokenType) token cannot go in a SASL bearer response") }
                 return Output.verbatim(response)
             }
+            if self.header {
+                // A DPoP-bound token goes only with a proof for its one request.
+                let result = try Output.field(TokenResult.self, of: reply).bearer(self.account)
+                return Output.verbatim("Authorization: Bearer " + result.accessToken.unsafeString())
+            }
             var token = LineCodec.plainAccessToken(of: reply)
             if token == nil { token = try Output.field(TokenResult.self, of: reply).accessToken.unsafeString() }
-            Output.verbatim((self.header ? "Authorization: Bearer " : "") + (token ?? ""))
+            Output.verbatim(token ?? "")
         }
     }
 }
@@ -181,6 +186,53 @@ extension Output {
                 text = (try? LineCodec.json(field)).map { String(decoding: $0, as: UTF8.self) } ?? ""
             }
             Output.line("\(key): \(text)")
+        }
+    }
+}
+
+struct DPoP: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "dpop",
+        abstract: "Print the Authorization and DPoP headers for one request to a resource server.",
+        discussion: """
+            For an account whose tokens are bound to the vault's key (DPoP). The proof names METHOD and \
+            URL (without its query) and holds for this one request:
+              curl -H @<(vaultctl dpop work GET "$url") "$url"
+            """
+    )
+
+    @OptionGroup var connection: Connection
+
+    @Argument(help: "The account.")
+    var account: String
+
+    @Argument(help: "The request's HTTP method, like GET or POST.")
+    var method: String
+
+    @Argument(help: "The request's absolute URL.")
+    var url: String
+
+    @Option(name: .customLong("scope"), help: "A scope to ask for (default: the account's); repeat for more.")
+    var scopes: [String] = []
+
+    @Option(help: "Refresh unless the token lives at least this many more seconds.")
+    var minTTL: Int = TokenRequest.defaultMinTTL
+
+    func validate() throws {
+        guard TokenRequest.minTTLRange.contains(self.minTTL) else { throw ValidationError("--min-ttl is 0 to 86400 seconds") }
+        guard DPoPTarget(method: self.method, url: self.url) != nil else {
+            throw ValidationError("METHOD is an HTTP method like GET, and URL an absolute http or https URL")
+        }
+    }
+
+    func run() throws {
+        guard let target = DPoPTarget(method: self.method, url: self.url) else { return }
+        let token = TokenRequest(account: self.account, scopes: self.scopes.isEmpty ? nil : self.scopes, minTTL: self.minTTL)
+        try self.connection.run { (vault) throws(VaultError) in
+            let reply = try vault.send(.dpopProof(DPoPProofRequest(token: token, target: target)))
+            if self.connection.json { return self.connection.printJSON(reply) }
+            let result = try Output.field(DPoPProofResult.self, of: reply)
+            Output.verbatim("Authorization: \(result.authorization)\nDPoP: \(result.proof)")
         }
     }
 }

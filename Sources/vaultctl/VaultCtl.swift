@@ -11,7 +11,7 @@ struct VaultCtl: ParsableCommand {
         commandName: "vaultctl",
         abstract: "Talk to vaultd, the tokenvault daemon.",
         version: TokenVault.version,
-        subcommands: [Status.self, SignIn.self, SignOut.self, Migrate.self, Token.self, Account.self, Import.self, Claims.self, Userinfo.self, Lock.self, Unlock.self, Exec.self, GitCredential.self, ExecCredential.self, Share.self, Unshare.self, Watch.self]
+        subcommands: [Status.self, SignIn.self, SignOut.self, Migrate.self, Token.self, DPoP.self, Account.self, Import.self, Claims.self, Userinfo.self, Lock.self, Unlock.self, Exec.self, GitCredential.self, ExecCredential.self, Share.self, Unshare.self, Watch.self]
     )
 
     /// The hot commands in their plain spellings skip ArgumentParser
@@ -53,7 +53,21 @@ struct Connection: ParsableArguments {
     }
 }
 
+extension TokenResult {
+    /// The token, when it is a bearer token: a DPoP-bound one goes only with
+    /// a proof for its one request, which a header, a variable, git or
+    /// kubectl cannot carry.
+    func bearer(_ account: String) throws(VaultError) -> TokenResult {
+        guard self.tokenType == "Bearer" else { throw VaultError.dpopTokenNeedsProof(account) }
+        return self
+    }
+}
+
 extension VaultError {
+    static func dpopTokenNeedsProof(_ account: String) -> VaultError {
+        VaultError(.badRequest, "'\(account)' holds DPoP-bound tokens, which go only with a proof: vaultctl dpop \(account) METHOD URL")
+    }
+
     /// Exit codes follow sysexits(3); docs/protocol.md lists them.
     var exitCode: Int32 {
         switch (self.code, self.error) {

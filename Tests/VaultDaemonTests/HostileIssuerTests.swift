@@ -30,6 +30,13 @@ struct HostileIssuerTests {
         Fault(name: "sends a 4 MiB body", code: .idpUnavailable) {
             $0.setTokenBehaviour(.status(200, body: #"{"access_token":""# + String(repeating: "x", count: 4 << 20) + #""}"#))
         },
+        // A refused proof is not a dead grant (Glewlwyd keeps the chain): no sign-in is asked for.
+        Fault(name: "refuses the DPoP proof", code: .idpError) {
+            $0.setTokenBehaviour(.status(403, body: #"{"error":"invalid_dpop_proof","error_description":"iat in the future"}"#))
+        },
+        Fault(name: "sends a DPoP token for a request without a proof", code: .idpError) {
+            $0.setTokenBehaviour(.status(200, body: #"{"access_token":"at","token_type":"DPoP","expires_in":60}"#))
+        },
         Fault(name: "signs the ID token with an unknown key", code: .idpError) { $0.setIDTokenOverrides(signWithUnknownKey: true) },
         Fault(name: "names another iss in the ID token", code: .idpError) {
             $0.setIDTokenOverrides(issuer: "https://evil.example")

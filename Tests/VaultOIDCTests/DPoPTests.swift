@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import VaultCrypto
 import VaultOIDC
+import VaultProtocol
 
 /// DPoP keys and proofs (RFC 9449), against the RFCs' own examples.
 struct DPoPTests {
@@ -52,7 +53,10 @@ struct DPoPTests {
         #expect(claims["htm"] as? String == "POST")
         #expect(claims["htu"] as? String == "https://id.example.org/token", "no query, no fragment")
         #expect(claims["iat"] as? Int == 1_800_000_000)
-        #expect(claims["nonce"] as? String == #"n"1\"#, "a server's nonce is escaped, not spliced")
+        #expect(claims["nonce"] == nil, "what is not a nonce (RFC 9449 §8.1's NQCHARs) is left out, never spliced in")
+        let withNonce = try key.proof(for: target, issuedAt: 1_800_000_000, nonce: "eyJ7S_zG.eyJH0-Z", accessToken: token).split(separator: ".")
+        let nonceClaims = try #require(try JSONSerialization.jsonObject(with: Data(Self.decode(withNonce[1]))) as? [String: Any])
+        #expect(nonceClaims["nonce"] as? String == "eyJ7S_zG.eyJH0-Z")
         let ath = try #require(claims["ath"] as? String)
         #expect(Self.decode(ath) == (try sha256(Array("at-123".utf8))))
         let publicKey = Self.decode(try #require(jwk["x"] as? String))

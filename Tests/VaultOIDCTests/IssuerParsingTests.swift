@@ -91,9 +91,9 @@ struct TokenAnswerTests {
 
     /// A `DPoP-Nonce` is sent back only as RFC 9449 §8.1 writes one.
     @Test func onlyAWellFormedNonceIsKept() {
-        #expect(OIDCClient.dpopNonce("eyJ7S_zG.eyJH0-Z.HX4w-7v") == "eyJ7S_zG.eyJH0-Z.HX4w-7v")
+        #expect(DPoPNonce.valid("eyJ7S_zG.eyJH0-Z.HX4w-7v") == "eyJ7S_zG.eyJH0-Z.HX4w-7v")
         for bad in [nil, "", "a b", "a\"b", "a\\b", "tab\t", "\u{e9}", String(repeating: "n", count: 513)] {
-            #expect(OIDCClient.dpopNonce(bad) == nil, "\(bad.debugDescription)")
+            #expect(DPoPNonce.valid(bad) == nil, "\(bad.debugDescription)")
         }
     }
 

@@ -149,6 +149,43 @@ import VaultCrypto
         }
     }
 
+    /// `dpop.proof` lines take the plain path too, when their `htm` and `htu` name a request.
+    @Test func proofRequestsDecodeAsJSONDecoderDoes() {
+        let plain = [
+            #"{"id":1,"op":"dpop.proof","account":"work","htm":"GET","htu":"https://rs.example/a?b=c#d"}"#,
+            #"{"op":"dpop.proof","account":"w","htm":"POST","htu":"http://127.0.0.1:8080/","scope":"a b","min_ttl":0}"#,
+        ]
+        let declined = [
+            #"{"op":"dpop.proof","account":"w","htm":"GE T","htu":"https://rs.example/"}"#,
+            #"{"op":"dpop.proof","account":"w","htm":"GET","htu":"ftp://rs.example/"}"#,
+            #"{"op":"dpop.proof","account":"w","htm":"GET"}"#,
+            #"{"op":"dpop.proof","account":"w","htu":"https://rs.example/"}"#,
+            #"{"op":"dpop.proof","account":"w","htm":"GET","htu":"https://user@rs.example/"}"#,
+            #"{"op":"token","account":"w","htm":"GET","htu":"https://rs.example/"}"#,
+        ]
+        for line in plain + declined {
+            Self.checkAgrees(Array(line.utf8))
+            let read = Array(line.utf8).withUnsafeBytes { Request(plainToken: $0) }
+            #expect((read != nil) == plain.contains(line), "\(line)")
+        }
+    }
+
+    @Test func proofRepliesEncodeAsJSONEncoderDoes() throws {
+        for text in Self.strings {
+            for id in [nil, RequestID.number(7), .string(text)] {
+                let result = DPoPProofResult(
+                    proof: "eyJ.h." + text,
+                    accessToken: try SecretBytes(utf8: "eyJ" + text),
+                    expiresAt: 1_795_320_027,
+                    expiresIn: 59,
+                    scope: text
+                )
+                let response = Response(id: id, result)
+                #expect(LineCodec.line(for: response) == (try Self.encoder.encode(response)))
+            }
+        }
+    }
+
     @Test func tokenRepliesEncodeAsJSONEncoderDoes() throws {
         for text in Self.strings {
             for id in [nil, RequestID.number(7), .string(text)] {

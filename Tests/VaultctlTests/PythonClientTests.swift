@@ -92,4 +92,28 @@ struct PythonClientTests {
             }
         }
     }
+
+    /// `dpop_proof` of an account that holds bearer tokens (an imported
+    /// refresh token is a bearer grant) is a `bad_request`, and so is one
+    /// whose method is not an HTTP method, which names the field.
+    @Test func thePythonClientsProofOfABearerAccountIsABadRequest() async throws {
+        try await using(IssuerAndDaemon.start()) { vault in
+            let script = """
+                import sys
+                sys.dont_write_bytecode = True
+                sys.path.insert(0, sys.argv[1])
+                import tokenvault
+                for method in ["GET", "GE T"]:
+                    try:
+                        tokenvault.dpop_proof("work", method, "https://rs.example/path?q=1", path=sys.argv[2])
+                        print("no error")
+                    except tokenvault.VaultError as error:
+                        print(error.code, "'htm'" in error.message)
+                """
+            let proof = try await self.python(["-c", script, Self.clients, vault.daemon.socketPath], environment: vault.env)
+            #expect(proof.status == 0, "\(proof.stderr)")
+            #expect(proof.stdout == "bad_request False\nbad_request True\n", "\(proof.stderr)")
+            #expect(!proof.stdout.contains(vault.token) && !proof.stderr.contains(vault.token))
+        }
+    }
 }

@@ -27,7 +27,8 @@ extension SignIns {
                 clientID: context.client.clientID,
                 redirectURI: listener.redirectURI,
                 scopes: context.configuration.scopes,
-                loginHint: loginHint?.isEmpty == false ? loginHint : nil
+                loginHint: loginHint?.isEmpty == false ? loginHint : nil,
+                dpopThumbprint: context.client.dpop?.thumbprint
             )
         } catch {
             listener.close()

@@ -35,6 +35,8 @@ extension SignIns {
             guard method == .password else { throw self.fail(id, SignInError.noCodes(account: name)) }
             return try await self.startPasswordGrant(id, username: username, password: password)
         }
+        // Native authentication's token exchange carries no proof here: it cannot bind a key.
+        guard context.configuration.dpop != .required else { throw self.fail(id, SignInError.nativeCannotBindKey(account: name)) }
         let types = method == .password ? ["oob", "password"] : ["oob"]
         let clientID = context.client.clientID
         self.emit(id, .sendingCode)
