@@ -15,6 +15,8 @@ packages=(
     tmux                                       # a real terminal for vaultctl's prompts
     openssh-server openssh-client              # a forwarded share over real ssh
     curl                                       # a resource server called with vaultctl dpop's headers
+    dunst xvfb fonts-dejavu-core               # a real notification server on a private display (Tests/Support/notify)
+    xdotool imagemagick                        # click it and screenshot it
 )
 # kubectl for the exec-credential tests: any kubectl will do, else Debian's.
 command -v kubectl >/dev/null || packages+=(kubernetes-client)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs tokenvault for the current user, the way its systemd units expect:
 #   ~/.local/bin/vaultd, ~/.local/bin/vaultctl
-#   ~/.config/systemd/user/vaultd.socket, vaultd.service
+#   ~/.config/systemd/user/vaultd.socket, vaultd.service, vaultctl-notify.service
 #   shell completions (bash, zsh, fish) and the vaultctl(1) and vaultd(1) man pages under ~/.local/share
-# then enables the socket when a systemd user manager is running.
+# then enables the socket when a systemd user manager is running, and the
+# sign-in notifications when a graphical session is.
 #
 #   scripts/install.sh             build a release (static Swift runtime) and install it
 #   scripts/install.sh --from DIR  install vaultd and vaultctl already built in DIR
@@ -33,7 +34,7 @@ install -d -m 0755 "$bin" "$units" "$data/bash-completion/completions" \
     "$data/zsh/site-functions" "$data/fish/vendor_completions.d" "$data/man/man1"
 # Stripped: the debug information is two thirds of vaultd's 120 MB, and useless installed.
 install -s -m 0755 "$from/vaultd" "$from/vaultctl" "$bin/"
-install -m 0644 systemd/vaultd.socket systemd/vaultd.service "$units/"
+install -m 0644 systemd/vaultd.socket systemd/vaultd.service systemd/vaultctl-notify.service "$units/"
 "$bin/vaultctl" --generate-completion-script bash >"$data/bash-completion/completions/vaultctl"
 "$bin/vaultctl" --generate-completion-script zsh >"$data/zsh/site-functions/_vaultctl"
 "$bin/vaultctl" --generate-completion-script fish >"$data/fish/vendor_completions.d/vaultctl.fish"
@@ -44,6 +45,12 @@ if systemctl --user is-system-running >/dev/null 2>&1 || [ "$(systemctl --user i
     systemctl --user daemon-reload
     systemctl --user enable --now vaultd.socket
     echo "vaultd.socket is enabled: vaultd starts on the first connection"
+    if systemctl --user is-active --quiet graphical-session.target; then
+        systemctl --user enable --now vaultctl-notify.service
+        echo "vaultctl-notify.service is enabled: a desktop notification says when an account needs a sign-in"
+    else
+        echo "no graphical session: vaultctl-notify.service is installed, not enabled"
+    fi
 else
     echo "no systemd user manager answers here; in your session run:"
     echo "    systemctl --user daemon-reload && systemctl --user enable --now vaultd.socket"

@@ -11,7 +11,7 @@ struct VaultCtl: ParsableCommand {
         commandName: "vaultctl",
         abstract: "Talk to vaultd, the tokenvault daemon.",
         version: TokenVault.version,
-        subcommands: [Status.self, SignIn.self, SignOut.self, Migrate.self, Token.self, DPoP.self, Account.self, Import.self, Claims.self, Userinfo.self, Lock.self, Unlock.self, Exec.self, GitCredential.self, ExecCredential.self, Share.self, Unshare.self, Watch.self]
+        subcommands: [Status.self, SignIn.self, SignOut.self, Migrate.self, Token.self, DPoP.self, Account.self, Import.self, Claims.self, Userinfo.self, Lock.self, Unlock.self, Exec.self, GitCredential.self, ExecCredential.self, Share.self, Unshare.self, Watch.self, Notify.self]
     )
 
     /// The hot commands in their plain spellings skip ArgumentParser

@@ -15,7 +15,8 @@ struct InstallTests {
         #expect(result.status == 0, "\(result.stderr)")
         for path in [
             ".local/bin/vaultd", ".local/bin/vaultctl", ".config/systemd/user/vaultd.socket",
-            ".config/systemd/user/vaultd.service", ".local/share/bash-completion/completions/vaultctl",
+            ".config/systemd/user/vaultd.service", ".config/systemd/user/vaultctl-notify.service",
+            ".local/share/bash-completion/completions/vaultctl",
             ".local/share/zsh/site-functions/_vaultctl", ".local/share/fish/vendor_completions.d/vaultctl.fish",
         ] {
             #expect(FileManager.default.fileExists(atPath: home + "/" + path), "\(path)")

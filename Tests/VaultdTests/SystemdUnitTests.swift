@@ -12,11 +12,12 @@ struct SystemdUnitTests {
     static let socketUnit = packageRoot + "/systemd/vaultd.socket"
     static let serviceUnit = packageRoot + "/systemd/vaultd.service"
     static let noUsernsDropIn = packageRoot + "/systemd/no-userns.conf"
+    static let notifyUnit = packageRoot + "/systemd/vaultctl-notify.service"
     /// The most `systemd-analyze security` may score the service (gpg-agent's unit: 9.8).
     static let exposureLimit = 2.0
 
-    @Test func bothUnitsVerifyWithoutAWarning() async throws {
-        let complaints = try await Self.verify(socket: Self.socketUnit, service: Self.serviceUnit)
+    @Test func theUnitsVerifyWithoutAWarning() async throws {
+        let complaints = try await Self.verify(socket: Self.socketUnit, service: Self.serviceUnit, Self.notifyUnit)
         #expect(complaints.isEmpty, "systemd-analyze verify complained:\n\(complaints)")
     }
 
@@ -150,10 +151,10 @@ struct SystemdUnitTests {
     /// the drop-ins in the service's `.d` folder): empty when it loads them
     /// without a warning. The output is the check, not only the exit status:
     /// verify exits 0 on a misspelt (hence ignored) directive.
-    static func verify(socket: String, service: String) async throws -> String {
+    static func verify(socket: String, service: String, _ more: String...) async throws -> String {
         let home = try UserManagerHome()
         defer { home.remove() }
-        let result = try await runTool(Self.analyze, ["verify", "--user", socket, service], environment: home.environment)
+        let result = try await runTool(Self.analyze, ["verify", "--user", socket, service] + more, environment: home.environment)
         let output = result.stdout + result.stderr
         return result.status == 0 ? output : "exit status \(result.status)\n" + output
     }
@@ -199,6 +200,7 @@ struct UserManagerHome {
             throw ToolFailure(message: "\(vaultd) is not built; the units' ExecStart= points at a copy of it")
         }
         try manager.createSymbolicLink(atPath: self.folder + "/home/.local/bin/vaultd", withDestinationPath: vaultd)
+        try manager.createSymbolicLink(atPath: self.folder + "/home/.local/bin/vaultctl", withDestinationPath: productsDirectory + "/vaultctl")
     }
 
     var environment: [String: String] {

@@ -1,0 +1,140 @@
+import Foundation
+import Testing
+import VaultTestIssuer
+import VaultTestKit
+
+/// `vaultctl notify` against a real notification server: dunst on a private
+/// session bus and display (Tests/Support/notify), driven as a person would.
+@Suite(.timeLimit(.minutes(2)))
+struct NotifyTests {
+    /// A desktop of its own: a session bus, Xvfb and dunst.
+    struct Desktop: Stoppable {
+        let folder: String
+        let env: [String: String]
+        static let scripts = packageRoot + "/Tests/Support/notify"
+
+        static func start() async throws -> Desktop {
+            let folder = try temporaryFolder() + "/n"
+            let started = try await runTool(Self.scripts + "/start.sh", [folder])
+            guard started.status == 0 else { throw ToolFailure(message: "the notification server did not start: \(started.stderr)") }
+            var env: [String: String] = [:]
+            for line in try String(contentsOfFile: folder + "/env", encoding: .utf8).split(separator: "\n") {
+                let parts = line.split(separator: "=", maxSplits: 1).map(String.init)
+                guard parts.count == 2 else { continue }
+                env[parts[0]] = parts[1].trimmingCharacters(in: CharacterSet(charactersIn: "'"))
+            }
+            return Desktop(folder: folder, env: env)
+        }
+
+        func stop() async {
+            _ = try? await runTool(Self.scripts + "/stop.sh", [self.folder])
+        }
+
+        /// How many notifications dunst has displayed so far (each id once).
+        var displayedCount: Int {
+            (try? FileManager.default.contentsOfDirectory(atPath: self.folder + "/shown"))?.count ?? 0
+        }
+
+        func ctl(_ arguments: [String]) async throws -> ToolResult {
+            try await runTool(Self.scripts + "/ctl.sh", arguments, environment: self.env)
+        }
+
+        func showing() async throws -> [[String: Any]] {
+            try await self.ctl(["showing", self.folder]).stdout.split(separator: "\n").compactMap {
+                try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+            }
+        }
+    }
+
+    /// Ends `vaultctl notify` (and the sign-in it started) on `socket`: it never ends by itself.
+    static func stop(_ socket: String) async {
+        _ = try? await runTool("/usr/bin/pkill", ["-f", "--", "--socket " + socket])
+    }
+
+    /// `body`, and when it fails, notify ended first, so that the test's wait on it ends.
+    static func ending(_ socket: String, _ body: () async throws -> Void) async throws {
+        do {
+            try await body()
+        } catch {
+            await Self.stop(socket)
+            throw error
+        }
+    }
+
+    @Test func aRejectedSignInShowsOneNotificationWhoseActionStartsTheSignIn() async throws {
+        let vault = try await IssuerAndDaemon.start(arguments: ["--log-level", "debug"])
+        let desktop = try await Desktop.start()
+        let fakes = try VaultctlOutputTests.FakePrograms.make()
+        let socket = vault.daemon.socketPath
+        var env = vault.env.merging(desktop.env) { $1 }
+        env["PATH"] = fakes.bin + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")
+        env["FAKE_RECORDS"] = fakes.records
+        let screenshot = vault.folder + "/notification.png"
+        async let notify = runTool("vaultctl", ["notify", "--socket", socket, "--every", "10"], environment: env)
+        try await Self.ending(socket) {
+            try await eventually { vault.daemon.output.contains("subscribed") }
+
+            // The issuer rejects the refresh token: the account needs a sign-in, and the desktop says so, once.
+            vault.issuer.setTokenBehaviour(.invalidGrant)
+            let rejected = try await runTool("vaultctl", ["token", "work", "--force-refresh"], environment: vault.env)
+            #expect(rejected.status == 77, "\(rejected.stderr)")
+            try await eventually { desktop.displayedCount >= 1 }
+            let shown = try await desktop.showing()
+            #expect(shown.count == 1, "\(shown)")
+            let notification = try #require(shown.first)
+            #expect(notification["summary"] as? String == "Sign in to work", "\(notification)")
+            #expect((notification["body"] as? String)?.contains("'work'") == true, "\(notification)")
+            #expect(notification["timeout_ms"] as? Int == 0, "it stays until the account is signed in")
+            let id = try #require(notification["id"] as? Int)
+            #expect(try await desktop.ctl(["screenshot", desktop.folder, screenshot]).status == 0)
+
+            // The same rejection again: still the one notification.
+            #expect(try await runTool("vaultctl", ["token", "work", "--force-refresh"], environment: vault.env).status == 77)
+            #expect(try await desktop.showing().count == 1)
+
+            // "Sign in", from the notification's menu: vaultctl signin work runs (the browser flow opens the browser).
+            #expect(try await desktop.ctl(["invoke", desktop.folder, "\(id)", "signin"]).status == 0)
+            try await eventually {
+                ((try? FileManager.default.contentsOfDirectory(atPath: fakes.records)) ?? []).contains { $0.hasPrefix("xdg-open") }
+            }
+            try await eventually { try await desktop.showing().isEmpty }
+        }
+        await Self.stop(socket)
+        let ended = try await notify
+        #expect(!ended.stdout.contains(vault.token) && !ended.stderr.contains(vault.token), "no token in any output")
+        await desktop.stop()
+        await vault.stop()
+        if let keep = ProcessInfo.processInfo.environment["TOKENVAULT_NOTIFY_SCREENSHOT"] {
+            try? FileManager.default.copyItem(atPath: screenshot, toPath: keep)
+        }
+    }
+
+    /// Without a session bus: what would have been shown goes to stdout.
+    @Test func withoutASessionBusItPrintsWhatItWouldShow() async throws {
+        let vault = try await IssuerAndDaemon.start(arguments: ["--log-level", "debug"])
+        let socket = vault.daemon.socketPath
+        var env = vault.env
+        env["DBUS_SESSION_BUS_ADDRESS"] = ""
+        env["XDG_RUNTIME_DIR"] = vault.folder
+        let out = vault.folder + "/notify.out"
+        env["OUT"] = out
+        env["VAULTCTL"] = productsDirectory + "/vaultctl"
+        env["SOCKET"] = socket
+        let expected = "Sign in to work: tokenvault: the issuer asks you to sign in to 'work' as ada again. Run: vaultctl signin work\n"
+        async let notify = runTool("/bin/bash", ["-c", #"exec "$VAULTCTL" notify --socket "$SOCKET" > "$OUT""#], environment: env)
+        try await Self.ending(socket) {
+            try await eventually { vault.daemon.output.contains("subscribed") }
+            vault.issuer.setTokenBehaviour(.invalidGrant)
+            #expect(try await runTool("vaultctl", ["token", "work", "--force-refresh"], environment: vault.env).status == 77)
+            try await eventually { (try? String(contentsOfFile: out, encoding: .utf8)) == expected }
+            // Signing out on purpose is quiet: nothing more is printed for it.
+            #expect(try await runTool("vaultctl", ["signout", "work"], environment: vault.env).status == 0)
+            try await eventually { vault.daemon.output.contains("signed out") }
+        }
+        await Self.stop(socket)
+        let ended = try await notify
+        #expect(try String(contentsOfFile: out, encoding: .utf8) == expected)
+        #expect(ended.stderr.contains("no session bus"), "\(ended.stderr)")
+        await vault.stop()
+    }
+}
