@@ -273,10 +273,10 @@ final class Harness: @unchecked Sendable {
         guard case .success(let command) = request.command else { return false }
         switch command {
         case .hello, .status, .claims, .refreshToken, .subscribe, .migrate, .shareOpen, .shareList, .shareClose,
-            .signinSubmitCode, .signinResendCode, .signinSubmitPassword, .signinWait, .signinCancel:
+            .signinSubmitCode, .signinResendCode, .signinSubmitPassword, .signinWait, .signinCancel, .dpopNonce:
             // Read only here: no flow can start, and `migrate` has nowhere to go.
             return false
-        case .accountAdd, .accountRemove, .lock, .unlock, .token, .userinfo, .signinStart, .signout:
+        case .accountAdd, .accountRemove, .lock, .unlock, .token, .dpopProof, .userinfo, .signinStart, .signout:
             guard case .failure(let error) = response.outcome else { return true }
             // These are refused before anything is touched.
             let untouched: Set<ErrorCode> = [.badRequest, .unknownAccount, .forbidden, .notSignedIn, .locked]
