@@ -211,7 +211,7 @@ public struct Dispatcher: RequestHandler {
         do {
             proof = try key.proof(
                 for: ask.target,
-                issuedAt: Seconds.int64(self.clock.now()),
+                issuedAt: DPoPKey.issuedAt(self.clock.now()),
                 nonce: cache.nonce(account: account, origin: ask.target.origin),
                 accessToken: released.accessToken
             )

@@ -132,8 +132,8 @@ extension VaultError {
     static func dpopNotOffered(_ name: String) -> VaultError {
         VaultError(
             .idpError,
-            "'\(name)' requires DPoP, and its issuer does not offer EdDSA proofs (dpop_signing_alg_values_supported); "
-                + "enable DPoP with EdDSA at the issuer, or set the account's dpop to auto",
+            "'\(name)' requires DPoP, and its issuer offers neither EdDSA nor ES256 proofs (dpop_signing_alg_values_supported); "
+                + "enable DPoP with one of them at the issuer, or set the account's dpop to auto",
             error: "dpop_unsupported"
         )
     }

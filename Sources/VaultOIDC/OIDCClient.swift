@@ -185,9 +185,9 @@ public actor OIDCClient {
         self.dpopNonces[key] = nonce
     }
 
-    /// Whole seconds of Unix time, rounded down: a proof's `iat` is never ahead.
+    /// A proof's `iat` now (`DPoPKey.issuedAt`).
     static func unixNow() -> Int64 {
-        Int64(Date().timeIntervalSince1970.rounded(.down))
+        DPoPKey.issuedAt(Date().timeIntervalSince1970)
     }
 
     /// A form body with client authentication (RFC 6749 §2.3.1): HTTP Basic

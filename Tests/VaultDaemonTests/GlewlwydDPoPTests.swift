@@ -35,12 +35,15 @@ struct GlewlwydDPoPTests {
         }
     }
 
-    func setUp(_ provider: Glewlwyd) async throws -> Setup {
+    /// `algorithm`: the one the vault's key is of (Glewlwyd takes both; the vault prefers EdDSA).
+    func setUp(_ provider: Glewlwyd, algorithm: String = "EdDSA") async throws -> Setup {
         let oidc = OIDCClient(logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
         let metadata = try await oidc.metadata(for: provider.issuer, now: Date().timeIntervalSince1970)
         let supported = try #require(metadata.dpopSigningAlgValuesSupported)
-        #expect(supported.contains("EdDSA"), "\(supported)")
-        return Setup(metadata: metadata, key: try #require(try DPoPKey.generate(supported: supported)))
+        #expect(supported.contains("EdDSA") && supported.contains("ES256"), "\(supported)")
+        let key = try #require(try DPoPKey.generate(supported: [algorithm]))
+        #expect(key.algorithm.rawValue == algorithm)
+        return Setup(metadata: metadata, key: key)
     }
 
     /// The `cnf.jkt` of a JWT access token.
@@ -54,9 +57,10 @@ struct GlewlwydDPoPTests {
         return (claims["cnf"] as? [String: Any])?["jkt"] as? String
     }
 
-    @Test func tokensAreBoundToTheVaultsKeyAndRefreshOnlyWithIt() async throws {
+    @Test(arguments: ["EdDSA", "ES256"])
+    func tokensAreBoundToTheVaultsKeyAndRefreshOnlyWithIt(algorithm: String) async throws {
         try await Glewlwyd.with(dpop: "on") { provider in
-            let setup = try await self.setUp(provider)
+            let setup = try await self.setUp(provider, algorithm: algorithm)
             let signedIn = try await setup.signIn()
             #expect(signedIn.tokenType == "DPoP")
             #expect(try self.boundThumbprint(signedIn.accessToken) == setup.key.thumbprint)

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Testing
 import VaultCrypto
@@ -104,5 +105,32 @@ struct DPoPTests {
     ])
     func aMalformedTargetIsRefused(method: String, url: String) {
         #expect(DPoPTarget(method: method, url: url) == nil)
+    }
+
+    /// A proof's `iat` is the second before now: never ahead of a server
+    /// whose time(2) has not yet reached this second.
+    @Test func aProofsIssuedAtIsNeverAhead() {
+        #expect(DPoPKey.issuedAt(1_800_000_000.0) == 1_799_999_999)
+        #expect(DPoPKey.issuedAt(1_800_000_000.999) == 1_799_999_999)
+    }
+
+    /// ES256, for issuers without EdDSA: a P-256 key whose proofs verify
+    /// with the public key in their header, sealed and unsealed intact.
+    @Test func anES256KeyMakesProofsThatVerify() throws {
+        let key = try #require(try DPoPKey.generate(supported: ["RS256", "ES256"]))
+        #expect(key.algorithm == .es256 && key.secretKey.count == 32)
+        let target = try #require(DPoPTarget(method: "GET", url: "https://rs.example/items"))
+        let parts = try key.proof(for: target, issuedAt: 1_800_000_000, accessToken: try SecretBytes(utf8: "at-1")).split(separator: ".")
+        try #require(parts.count == 3)
+        let header = try #require(try JSONSerialization.jsonObject(with: Data(Self.decode(parts[0]))) as? [String: Any])
+        #expect(header["alg"] as? String == "ES256")
+        let jwk = try #require(header["jwk"] as? [String: String])
+        #expect(jwk.keys.sorted() == ["crv", "kty", "x", "y"] && jwk["crv"] == "P-256" && jwk["kty"] == "EC")
+        let publicKey = try P256.Signing.PublicKey(rawRepresentation: Self.decode(jwk["x"] ?? "") + Self.decode(jwk["y"] ?? ""))
+        let signature = try P256.Signing.ECDSASignature(rawRepresentation: Self.decode(parts[2]))
+        #expect(publicKey.isValidSignature(signature, for: Array("\(parts[0]).\(parts[1])".utf8)))
+        let unsealed = try #require(try DPoPKey(sealed: try key.sealed))
+        #expect(unsealed.thumbprint == key.thumbprint && unsealed.algorithm == .es256)
+        #expect(try DPoPKey.generate(supported: ["RS256"]) == nil, "no algorithm in common: no key")
     }
 }
