@@ -17,13 +17,7 @@ struct NotifyTests {
             let folder = try temporaryFolder() + "/n"
             let started = try await runTool(Self.scripts + "/start.sh", [folder])
             guard started.status == 0 else { throw ToolFailure(message: "the notification server did not start: \(started.stderr)") }
-            var env: [String: String] = [:]
-            for line in try String(contentsOfFile: folder + "/env", encoding: .utf8).split(separator: "\n") {
-                let parts = line.split(separator: "=", maxSplits: 1).map(String.init)
-                guard parts.count == 2 else { continue }
-                env[parts[0]] = parts[1].trimmingCharacters(in: CharacterSet(charactersIn: "'"))
-            }
-            return Desktop(folder: folder, env: env)
+            return Desktop(folder: folder, env: try environment(in: folder + "/env"))
         }
 
         func stop() async {

@@ -16,12 +16,7 @@ package struct Glewlwyd {
             environment: ["GLEWLWYD_ACCESS_TOKEN_SECONDS": String(accessTokenSeconds), "GLEWLWYD_DPOP": dpop]
         )
         guard started.status == 0 else { throw ToolFailure(message: "glewlwyd did not start: \(started.stderr)") }
-        var env: [String: String] = [:]
-        for line in try String(contentsOfFile: folder + "/env", encoding: .utf8).split(separator: "\n") {
-            guard let equals = line.firstIndex(of: "=") else { continue }
-            env[String(line[..<equals])] = String(line[line.index(after: equals)...]).trimmingCharacters(in: CharacterSet(charactersIn: "'"))
-        }
-        return Glewlwyd(folder: folder, env: env)
+        return Glewlwyd(folder: folder, env: try environment(in: folder + "/env"))
     }
 
     package func stop() async {
@@ -83,4 +78,15 @@ package struct Glewlwyd {
         )
         guard result.status == 0 else { throw ToolFailure(message: "revoke failed: \(result.stderr)") }
     }
+}
+
+/// The `KEY='VALUE'` lines a test server's start script writes (demo/glewlwyd,
+/// demo/mail, Tests/Support/notify), by key.
+package func environment(in file: String) throws -> [String: String] {
+    var env: [String: String] = [:]
+    for line in try String(contentsOfFile: file, encoding: .utf8).split(separator: "\n") {
+        guard let equals = line.firstIndex(of: "=") else { continue }
+        env[String(line[..<equals])] = String(line[line.index(after: equals)...]).trimmingCharacters(in: CharacterSet(charactersIn: "'"))
+    }
+    return env
 }
