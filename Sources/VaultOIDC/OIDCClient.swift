@@ -155,19 +155,12 @@ public actor OIDCClient {
         guard let target = DPoPTarget(method: "POST", url: metadata.tokenEndpoint) else {
             throw .untrusted(reason: "the token endpoint is not a URL a DPoP proof can name")
         }
-        let nonceKey = target.origin + " " + client.clientID
         var retried = false
         while true {
-            let sentNonce = self.dpopNonces[nonceKey]
-            var proved = headers
-            do {
-                proved.add(name: "DPoP", value: try key.proof(for: target, issuedAt: Self.unixNow(), nonce: sentNonce))
-            } catch {
-                throw .unavailable(reason: "no DPoP proof could be made (\(type(of: error)))", retryAfterSeconds: nil)
-            }
+            let (proved, sentNonce) = try self.proved(headers, target, key, clientID: client.clientID, accessToken: nil)
             var reply = try await self.send(url: metadata.tokenEndpoint, method: .POST, headers: proved, body: body)
             defer { reply.body.secureZero() }
-            if let nonce = reply.dpopNonce { self.remember(nonce, for: nonceKey) }
+            self.heard(reply, target, clientID: client.clientID)
             do {
                 return try TokenResponseParser.parse(status: reply.status, body: &reply.body, retryAfter: reply.retryAfter, proved: true)
             } catch .rejected(error: "use_dpop_nonce", _) where !retried && reply.dpopNonce != nil && reply.dpopNonce != sentNonce {
@@ -180,7 +173,29 @@ public actor OIDCClient {
     /// the last `DPoP-Nonce` each issuer sent, on any answer, 200s included.
     private var dpopNonces: [String: String] = [:]
 
-    private func remember(_ nonce: String, for key: String) {
+    /// `headers` with a proof for `target` added, with the issuer's last
+    /// nonce for this client; and that nonce, to tell a new one from it.
+    private func proved(
+        _ headers: HTTPHeaders,
+        _ target: DPoPTarget,
+        _ key: DPoPKey,
+        clientID: String,
+        accessToken: SecretBytes?
+    ) throws(ProviderError) -> (HTTPHeaders, nonce: String?) {
+        let nonce = self.dpopNonces[target.origin + " " + clientID]
+        var proved = headers
+        do {
+            proved.add(name: "DPoP", value: try key.proof(for: target, issuedAt: Self.unixNow(), nonce: nonce, accessToken: accessToken))
+        } catch {
+            throw .unavailable(reason: "no DPoP proof could be made (\(type(of: error)))", retryAfterSeconds: nil)
+        }
+        return (proved, nonce)
+    }
+
+    /// Keeps the nonce an answer carried, for this client's next proofs to its origin.
+    private func heard(_ reply: Reply, _ target: DPoPTarget, clientID: String) {
+        guard let nonce = reply.dpopNonce else { return }
+        let key = target.origin + " " + clientID
         if self.dpopNonces[key] == nil, self.dpopNonces.count >= 256 { self.dpopNonces.removeAll() }
         self.dpopNonces[key] = nonce
     }
@@ -232,21 +247,11 @@ public actor OIDCClient {
                 throw .untrusted(reason: "the userinfo endpoint is not a URL a DPoP proof can name")
             }
             headers.add(name: "Authorization", value: "DPoP " + accessToken.unsafeString())
-            let nonceKey = target.origin + " " + client.clientID
             var retried = false
             while true {
-                let sentNonce = self.dpopNonces[nonceKey]
-                var proved = headers
-                do {
-                    proved.add(
-                        name: "DPoP",
-                        value: try key.proof(for: target, issuedAt: Self.unixNow(), nonce: sentNonce, accessToken: accessToken)
-                    )
-                } catch {
-                    throw .unavailable(reason: "no DPoP proof could be made (\(type(of: error)))", retryAfterSeconds: nil)
-                }
+                let (proved, sentNonce) = try self.proved(headers, target, key, clientID: client.clientID, accessToken: accessToken)
                 reply = try await self.send(url: endpoint, method: .GET, headers: proved)
-                if let nonce = reply.dpopNonce { self.remember(nonce, for: nonceKey) }
+                self.heard(reply, target, clientID: client.clientID)
                 guard reply.status == 401, !retried, let nonce = reply.dpopNonce, nonce != sentNonce else { break }
                 retried = true
             }

@@ -25,18 +25,7 @@ struct ExecCredential: ParsableCommand {
 
     @OptionGroup var connection: Connection
 
-    @Argument(help: "The account.")
-    var account: String
-
-    @Option(name: .customLong("scope"), help: "A scope to ask for (default: the account's); repeat for more.")
-    var scopes: [String] = []
-
-    @Option(help: "Refresh unless the token lives at least this many more seconds.")
-    var minTTL: Int = TokenRequest.defaultMinTTL
-
-    func validate() throws {
-        guard TokenRequest.minTTLRange.contains(self.minTTL) else { throw ValidationError("--min-ttl is 0 to 86400 seconds") }
-    }
+    @OptionGroup var ask: TokenAsk
 
     static let defaultAPIVersion = "client.authentication.k8s.io/v1"
 
@@ -61,7 +50,7 @@ struct ExecCredential: ParsableCommand {
     }
 
     func run() throws {
-        try ExecCredentialJob(socket: self.connection.socket, account: self.account, scopes: self.scopes, minTTL: self.minTTL).run()
+        try ExecCredentialJob(socket: self.connection.socket, account: self.ask.account, scopes: self.ask.scopes, minTTL: self.ask.minTTL).run()
     }
 }
 

@@ -203,14 +203,35 @@ struct DPoP: ParsableCommand {
 
     @OptionGroup var connection: Connection
 
-    @Argument(help: "The account.")
-    var account: String
+    @OptionGroup var ask: TokenAsk
 
     @Argument(help: "The request's HTTP method, like GET or POST.")
     var method: String
 
     @Argument(help: "The request's absolute URL.")
     var url: String
+
+    func validate() throws {
+        guard DPoPTarget(method: self.method, url: self.url) != nil else {
+            throw ValidationError("METHOD is an HTTP method like GET, and URL an absolute http or https URL")
+        }
+    }
+
+    func run() throws {
+        guard let target = DPoPTarget(method: self.method, url: self.url) else { return }
+        try self.connection.run { (vault) throws(VaultError) in
+            let reply = try vault.send(.dpopProof(DPoPProofRequest(token: self.ask.request, target: target)))
+            if self.connection.json { return self.connection.printJSON(reply) }
+            let result = try Output.field(DPoPProofResult.self, of: reply)
+            Output.verbatim("Authorization: \(result.authorization)\nDPoP: \(result.proof)")
+        }
+    }
+}
+
+/// The account and what its token must be, as `dpop` and `exec-credential` take them.
+struct TokenAsk: ParsableArguments {
+    @Argument(help: "The account.")
+    var account: String
 
     @Option(name: .customLong("scope"), help: "A scope to ask for (default: the account's); repeat for more.")
     var scopes: [String] = []
@@ -220,19 +241,9 @@ struct DPoP: ParsableCommand {
 
     func validate() throws {
         guard TokenRequest.minTTLRange.contains(self.minTTL) else { throw ValidationError("--min-ttl is 0 to 86400 seconds") }
-        guard DPoPTarget(method: self.method, url: self.url) != nil else {
-            throw ValidationError("METHOD is an HTTP method like GET, and URL an absolute http or https URL")
-        }
     }
 
-    func run() throws {
-        guard let target = DPoPTarget(method: self.method, url: self.url) else { return }
-        let token = TokenRequest(account: self.account, scopes: self.scopes.isEmpty ? nil : self.scopes, minTTL: self.minTTL)
-        try self.connection.run { (vault) throws(VaultError) in
-            let reply = try vault.send(.dpopProof(DPoPProofRequest(token: token, target: target)))
-            if self.connection.json { return self.connection.printJSON(reply) }
-            let result = try Output.field(DPoPProofResult.self, of: reply)
-            Output.verbatim("Authorization: \(result.authorization)\nDPoP: \(result.proof)")
-        }
+    var request: TokenRequest {
+        TokenRequest(account: self.account, scopes: self.scopes.isEmpty ? nil : self.scopes, minTTL: self.minTTL)
     }
 }
