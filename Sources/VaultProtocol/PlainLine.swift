@@ -162,6 +162,16 @@ enum PlainLine {
             self.bytes?.reserveCapacity(capacity)
         }
 
+        /// The line as `Data`, its own buffer wiped: the `Data` the reply is
+        /// written from is the only unguarded copy left. The buffer is taken
+        /// out first, so the wipe reaches it and not a copy-on-write copy.
+        mutating func finish() -> Data? {
+            guard var bytes = self.bytes else { return nil }
+            self.bytes = nil
+            defer { bytes.secureZero() }
+            return Data(bytes)
+        }
+
         mutating func raw(_ text: StaticString) {
             self.bytes?.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
         }
@@ -373,10 +383,7 @@ extension TokenResult {
             line.raw(#","token_type":"#)
             line.string(self.tokenType)
             line.raw("}")
-            guard var bytes = line.bytes else { return nil }
-            // The only unguarded copy left is the Data the reply is written from.
-            defer { bytes.secureZero() }
-            return Data(bytes)
+            return line.finish()
         }
     }
 }
@@ -400,9 +407,7 @@ extension DPoPProofResult {
             line.raw(#","ok":true,"scope":"#)
             line.string(self.scope)
             line.raw(#","token_type":"DPoP"}"#)
-            guard var bytes = line.bytes else { return nil }
-            defer { bytes.secureZero() }
-            return Data(bytes)
+            return line.finish()
         }
     }
 }
