@@ -61,6 +61,11 @@ final class DBusConnection {
             close(fd)
             throw .noBus("\(path): \(reason)")
         }
+        // A bus or service that stops answering ends the connection after
+        // 5 s instead of holding `notify` (and its reminders) for ever.
+        var limit = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
         self.fd = fd
         do {
             try self.authenticate()
