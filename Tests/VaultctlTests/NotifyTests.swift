@@ -96,11 +96,12 @@ struct NotifyTests {
         await Self.stop(socket)
         let ended = try await notify
         #expect(!ended.stdout.contains(vault.token) && !ended.stderr.contains(vault.token), "no token in any output")
-        await desktop.stop()
-        await vault.stop()
+        // TOKENVAULT_NOTIFY_SCREENSHOT=FILE keeps the screen with the notification on it.
         if let keep = ProcessInfo.processInfo.environment["TOKENVAULT_NOTIFY_SCREENSHOT"] {
             try? FileManager.default.copyItem(atPath: screenshot, toPath: keep)
         }
+        await desktop.stop()
+        await vault.stop()
     }
 
     /// Without a session bus: what would have been shown goes to stdout.
