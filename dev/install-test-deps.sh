@@ -19,7 +19,7 @@ packages=(
     xdotool imagemagick                        # click it and screenshot it
     dovecot-core dovecot-imapd                 # a real IMAP server that takes OAuth 2 bearer tokens (demo/mail)
     dovecot-submissiond                        # and its SMTP submission service, relaying to a sink
-    msmtp                                      # a real mail client sending with the vault's tokens (XOAUTH2)
+    msmtp neomutt                              # real mail clients with the vault's tokens (XOAUTH2)
 )
 # kubectl for the exec-credential tests: any kubectl will do, else Debian's.
 command -v kubectl >/dev/null || packages+=(kubernetes-client)

@@ -12,9 +12,10 @@ struct MailTests {
         let folder: String
         let env: [String: String]
 
+        /// With IMAP over TLS too (a fresh self-signed certificate), for NeoMutt.
         static func start(issuer: String) async throws -> MailServer {
             let folder = try temporaryFolder() + "/m"
-            let started = try await runTool(packageRoot + "/demo/mail/start.sh", [folder, issuer])
+            let started = try await runTool(packageRoot + "/demo/mail/start.sh", [folder, issuer], environment: ["MAIL_TLS": "1"])
             guard started.status == 0 else { throw ToolFailure(message: "the mail server did not start: \(started.stderr)") }
             return MailServer(folder: folder, env: try environment(in: folder + "/env"))
         }
@@ -67,6 +68,30 @@ struct MailTests {
                     """#
                 let imaplib = try await self.shell(sasl, env)
                 #expect(imaplib.status == 0 && imaplib.stdout == "Subject: Hello from tokenvault\n", "\(imaplib.stdout) \(imaplib.stderr)")
+
+                // NeoMutt, in a terminal, lists the mailbox over IMAPS (XOAUTH2), the token from vaultctl.
+                let muttrc = mail.folder + "/neomuttrc"
+                try """
+                    set imap_user = "\(try #require(mail.env["MAIL_USER"]))"
+                    set imap_authenticators = "xoauth2"
+                    set imap_oauth_refresh_command = "vaultctl token mail"
+                    set folder = "imaps://127.0.0.1:\(try #require(mail.env["MAIL_IMAPS_PORT"]))/"
+                    set spoolfile = "+INBOX"
+                    set certificate_file = "\(try #require(mail.env["MAIL_TLS_CERT"]))"
+                    set ssl_force_tls = yes
+                    set header_cache = ""
+                    set message_cachedir = ""
+                    set mail_check_stats = no
+
+                    """.write(toFile: muttrc, atomically: true, encoding: .utf8)
+                try await using(VaultctlSignInTests.Terminal()) { terminal in
+                    let path = productsDirectory + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")
+                    let command = "env TOKENVAULT_SOCKET=\(daemon.socketPath) PATH=\(path) HOME=\(mail.folder) neomutt -n -F \(muttrc)"
+                    let started = try await terminal.tmux(["new-session", "-d", "-s", "s", "-x", "120", "-y", "30", command])
+                    #expect(started.status == 0, "\(started.stderr)")
+                    let screen = try await terminal.waitFor("Hello from tokenvault")
+                    #expect(screen.contains("Hello from tokenvault"), "\(screen)")
+                }
 
                 // msmtp sends through submission (XOAUTH2), its password a vaultctl call.
                 let rc = mail.folder + "/msmtprc"
