@@ -1,5 +1,7 @@
 import Foundation
 import Testing
+import VaultProtocol
+import VaultServer
 import VaultTestIssuer
 import VaultTestKit
 
@@ -62,5 +64,33 @@ struct WatchTests {
         #expect(result.stderr.contains("ran past 1 s and was killed"), "\(result.stderr)")
         #expect(try String(contentsOfFile: record, encoding: .utf8) == "token_refreshed\nsigned_out\n")
         await vault.stop()
+    }
+
+    /// A watcher that stops reading falls behind: vaultd drops it with
+    /// `overloaded`, and once it reads again it exits 75, for its supervisor
+    /// to start it anew (it never skips events silently).
+    @Test func aWatcherThatFellBehindExits75() async throws {
+        let hub = EventHub(maximumBacklog: 16)
+        try await withVault(events: hub) { vault in
+            let go = vault.folder + "/go"
+            #expect(mkfifo(go, 0o600) == 0)
+            let env = ["TOKENVAULT_SOCKET": vault.socketPath, "VAULTCTL": productsDirectory + "/vaultctl", "GO": go]
+            // Its reader reads nothing until told to: the pipe, then the socket, fill.
+            async let watch = runTool(
+                "/bin/bash", ["-c", #""$VAULTCTL" watch | { read -r _ < "$GO"; cat > /dev/null; }; echo "exit=${PIPESTATUS[0]}""#],
+                environment: env
+            )
+            try await eventually { hub.emit(Event(.tokenRefreshed, account: "work")) == 1 }
+            var emitted = 1
+            while emitted < 1_000_000, hub.emit(Event(.tokenRefreshed, account: "work")) == 1 { emitted += 1 }
+            #expect(emitted < 1_000_000, "vaultd dropped the watcher")
+            let writer = open(go, O_WRONLY)
+            #expect(writer >= 0)
+            _ = write(writer, "go\n", 3)
+            close(writer)
+            let result = try await watch
+            #expect(result.stdout == "exit=75\n", "\(result.stdout) \(result.stderr)")
+            #expect(result.stderr.contains("vaultctl: error:"), "\(result.stderr)")
+        }
     }
 }
