@@ -14,14 +14,7 @@ struct Token: ParsableCommand {
 
     @OptionGroup var connection: Connection
 
-    @Argument(help: "The account.")
-    var account: String
-
-    @Option(name: .customLong("scope"), help: "A scope to ask for (default: the account's); repeat for more.")
-    var scopes: [String] = []
-
-    @Option(help: "Refresh unless the token lives at least this many more seconds.")
-    var minTTL: Int = TokenRequest.defaultMinTTL
+    @OptionGroup var ask: TokenAsk
 
     @Flag(help: "Refresh even when the cached token would do.")
     var forceRefresh = false
@@ -36,7 +29,6 @@ struct Token: ParsableCommand {
     var user: String?
 
     func validate() throws {
-        guard TokenRequest.minTTLRange.contains(self.minTTL) else { throw ValidationError("--min-ttl is 0 to 86400 seconds") }
         switch (self.sasl, self.user) {
         case (nil, nil): break
         case (nil, .some): throw ValidationError("--user names the address of a SASL response: add --sasl xoauth2 or --sasl oauthbearer")
@@ -51,9 +43,9 @@ struct Token: ParsableCommand {
         try TokenJob(
             socket: self.connection.socket,
             json: self.connection.json,
-            account: self.account,
-            scopes: self.scopes,
-            minTTL: self.minTTL,
+            account: self.ask.account,
+            scopes: self.ask.scopes,
+            minTTL: self.ask.minTTL,
             forceRefresh: self.forceRefresh,
             header: self.header,
             sasl: self.sasl.map { ($0, self.user ?? "") }
@@ -228,7 +220,7 @@ struct DPoP: ParsableCommand {
     }
 }
 
-/// The account and what its token must be, as `dpop` and `exec-credential` take them.
+/// The account and what its token must be, as `token`, `dpop` and `exec-credential` take them.
 struct TokenAsk: ParsableArguments {
     @Argument(help: "The account.")
     var account: String

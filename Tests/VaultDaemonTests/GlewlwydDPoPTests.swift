@@ -48,7 +48,11 @@ struct GlewlwydDPoPTests {
 
     /// The `cnf.jkt` of a JWT access token.
     func boundThumbprint(_ accessToken: SecretBytes) throws -> String? {
-        let parts = accessToken.unsafeString().split(separator: ".")
+        try Self.boundThumbprint(accessToken.unsafeString())
+    }
+
+    static func boundThumbprint(_ token: String) throws -> String? {
+        let parts = token.split(separator: ".")
         try #require(parts.count == 3)
         var base64 = parts[1].map { $0 == "-" ? "+" : $0 == "_" ? "/" : String($0) }.joined()
         while base64.count % 4 != 0 { base64 += "=" }

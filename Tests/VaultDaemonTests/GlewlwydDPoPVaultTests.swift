@@ -30,13 +30,7 @@ struct GlewlwydDPoPVaultTests {
 
     /// The `cnf.jkt` of a JWT access token.
     func boundThumbprint(_ token: String) throws -> String? {
-        let parts = token.split(separator: ".")
-        try #require(parts.count == 3)
-        var base64 = parts[1].map { $0 == "-" ? "+" : $0 == "_" ? "/" : String($0) }.joined()
-        while base64.count % 4 != 0 { base64 += "=" }
-        let payload = try #require(Data(base64Encoded: base64))
-        let claims = try #require(try JSONSerialization.jsonObject(with: payload) as? [String: Any])
-        return (claims["cnf"] as? [String: Any])?["jkt"] as? String
+        try GlewlwydDPoPTests.boundThumbprint(token)
     }
 
     @Test func aSignInIsBoundToTheVaultsKeyAndCompanionsProveEachRequest() async throws {
