@@ -28,10 +28,21 @@ public struct DPoPTarget: Sendable, Equatable {
         }
         let rest = bare.dropFirst(scheme.count)
         let authority = rest.prefix { $0 != "/" }
-        guard !authority.isEmpty, !authority.contains("@") else { return nil }
+        guard !authority.contains("@"), Self.hasHost(authority) else { return nil }
         self.method = method
         self.url = bare
         self.origin = scheme + authority.lowercased()
+    }
+
+    /// Whether `authority` names a host before its port. `https://:443/x`
+    /// (or `https://[]/x`) names none: no request goes there, and its origin
+    /// is none that a resource server's nonce could belong to.
+    private static func hasHost(_ authority: Substring) -> Bool {
+        if authority.hasPrefix("[") {
+            guard let close = authority.firstIndex(of: "]") else { return false }
+            return authority.index(after: authority.startIndex) < close
+        }
+        return !authority.prefix { $0 != ":" }.isEmpty
     }
 
     /// RFC 9110's `tchar`: what an HTTP method token is made of.

@@ -13,6 +13,7 @@ final class DBusConnection {
         case noBus(String)
         case refused(String)
         case protocolError(String)
+        case flooded
         case closed
 
         var description: String {
@@ -20,6 +21,7 @@ final class DBusConnection {
             case .noBus(let reason): "no session bus (\(reason))"
             case .refused(let name): "the session bus answered \(name)"
             case .protocolError(let what): "the session bus broke the protocol (\(what))"
+            case .flooded: "more than \(DBusConnection.maximumPending) signals came unread while a call waited for its reply; closed"
             case .closed: "the session bus closed the connection"
             }
         }
@@ -30,6 +32,10 @@ final class DBusConnection {
         var type: UInt8
         var serial: UInt32
         var replySerial: UInt32?
+        /// The unique name (`:1.42`) of the connection that sent it, as the
+        /// bus writes it: what tells a signal of one peer from another's
+        /// with the same interface and member.
+        var sender: String?
         var interface: String?
         var member: String?
         var errorName: String?
@@ -40,10 +46,26 @@ final class DBusConnection {
     private var fd: Int32
     private var buffer: [UInt8] = []
     private var serial: UInt32 = 0
-    /// Signals that arrived while a call waited for its reply.
+    /// Signals of `signalsFrom` that arrived while a call waited for its reply.
     private var pending: [Message] = []
+    /// Why the connection is of no more use, once it is not.
+    private var failure: Failure?
     /// Messages past this size are refused rather than buffered.
     private static let maximumMessageBytes = 1 << 20
+    /// How many signals may wait in `pending` before the connection gives
+    /// up (`flooded`) rather than grow: far more than a notification
+    /// service sends while one call waits.
+    static let maximumPending = 256
+
+    /// The one peer whose signals this connection keeps, by unique name
+    /// (nil: nobody's yet). Any peer on the bus can address a signal to
+    /// this connection, whatever its match rules; others' are dropped as
+    /// they are read and never kept, so a peer that keeps sending can make
+    /// this client read but neither fill its memory nor pass for the one.
+    var signalsFrom: String?
+    /// The sender of the first signal dropped for coming from another peer
+    /// (the bus's own, such as NameAcquired, aside): for a line on stderr.
+    private(set) var firstStranger: String?
 
     var descriptor: Int32 { self.fd }
 
@@ -150,7 +172,8 @@ final class DBusConnection {
 
     // MARK: Calls
 
-    /// Calls `member` and waits for its reply (signals that come meanwhile are kept for `next`).
+    /// Calls `member` and waits for its reply (signals of `signalsFrom`
+    /// that come meanwhile are kept for `readSignals`, up to `maximumPending`).
     @discardableResult
     func call(
         destination: String,
@@ -160,11 +183,21 @@ final class DBusConnection {
         signature: String = "",
         arguments: (inout Writer) -> Void = { _ in }
     ) throws(Failure) -> Message {
+        if let failure = self.failure { throw failure }
         let serial = try self.send(destination: destination, path: path, interface: interface, member: member, signature: signature, arguments: arguments)
         while true {
             let message = try self.read()
-            guard message.replySerial == serial else {
-                if message.type == 4 { self.pending.append(message) }
+            // A reply is a method return or an error, which the bus lets only
+            // the called peer send; a signal can carry any reply serial.
+            guard message.type == 2 || message.type == 3, message.replySerial == serial else {
+                if self.keeps(message) {
+                    guard self.pending.count < Self.maximumPending else {
+                        self.pending = []
+                        self.failure = .flooded
+                        throw .flooded
+                    }
+                    self.pending.append(message)
+                }
                 continue
             }
             if message.type == 3 { throw .refused(message.errorName ?? "an error") }
@@ -203,19 +236,33 @@ final class DBusConnection {
         return self.serial
     }
 
-    /// The next signal, from those kept or from the socket; nil when none is
-    /// readable now. Replies to no call of this client are skipped.
-    func nextSignal() throws(Failure) -> Message? {
-        if !self.pending.isEmpty { return self.pending.removeFirst() }
+    /// The signals of `signalsFrom` kept, buffered, and in one read of the
+    /// socket when it is readable now; other messages are skipped. One read
+    /// at most, so that a peer that keeps sending cannot hold the caller
+    /// here: what it sent after is for the next call.
+    func readSignals() throws(Failure) -> [Message] {
+        if let failure = self.failure { throw failure }
+        var signals = self.pending
+        self.pending = []
+        var read = false
         while true {
             if let message = try self.parse() {
-                if message.type == 4 { return message }
+                if self.keeps(message) { signals.append(message) }
                 continue
             }
             var ready = pollfd(fd: self.fd, events: Int16(POLLIN), revents: 0)
-            guard poll(&ready, 1, 0) > 0 else { return nil }
+            guard !read, poll(&ready, 1, 0) > 0 else { return signals }
             try self.fill()
+            read = true
         }
+    }
+
+    /// Whether `message` is a signal of `signalsFrom` (else noted in `firstStranger`).
+    private func keeps(_ message: Message) -> Bool {
+        guard message.type == 4 else { return false }
+        if let sender = message.sender, sender == self.signalsFrom { return true }
+        if self.firstStranger == nil, message.sender != "org.freedesktop.DBus" { self.firstStranger = message.sender ?? "a peer" }
+        return false
     }
 
     /// Whether a whole message waits in memory (poll would not say so).
@@ -267,6 +314,7 @@ final class DBusConnection {
                 case 2: message.interface = value
                 case 3: message.member = value
                 case 4: message.errorName = value
+                case 7: message.sender = value
                 default: break
                 }
             case "g":

@@ -99,23 +99,22 @@ struct Notifier {
                 self.handle(line)
                 continue
             }
-            if self.desktop?.hasBuffered == true {
-                self.serveDesktop()
-                continue
-            }
             self.remind()
             var fds = [pollfd(fd: vault.descriptor, events: Int16(POLLIN), revents: 0)]
             if let desktop = self.desktop { fds.append(pollfd(fd: desktop.descriptor, events: Int16(POLLIN), revents: 0)) }
             // Asleep until an event, an action or the next reminder; with
-            // sign-ins running, waking now and then to collect them.
+            // sign-ins running, waking now and then to collect them. Not at
+            // all while the bus has messages in memory: they are served in
+            // turn with vaultd's events, however many a peer sends.
+            let buffered = self.desktop?.hasBuffered == true
             let due = self.waiting.values.map { max(0, $0.remindAt - Self.now()) }.min() ?? 3600
             let timeout = min(due, self.signIns.isEmpty ? 3600 : 5)
-            guard poll(&fds, nfds_t(fds.count), Int32(timeout * 1000) + 1) > 0 else { continue }
-            if fds[0].revents != 0 {
+            let ready = poll(&fds, nfds_t(fds.count), buffered ? 0 : Int32(timeout * 1000) + 1) > 0
+            if ready, fds[0].revents != 0 {
                 guard let line = try vault.nextEvent() else { return }
                 self.handle(line)
             }
-            if fds.count > 1, fds[1].revents != 0 { self.serveDesktop() }
+            if buffered || (ready && fds.count > 1 && fds[1].revents != 0) { self.serveDesktop() }
         }
     }
 
@@ -139,16 +138,15 @@ struct Notifier {
     /// dismissal leaves the reminder due as it was.
     private mutating func serveDesktop() {
         guard let desktop = self.desktop else { return }
-        while true {
-            let signal: Desktop.Signal?
-            do {
-                signal = try desktop.nextSignal()
-            } catch {
-                Self.say("the notification service went away (\(error)); printing instead")
-                self.desktop = nil
-                return
-            }
-            guard let signal else { return }
+        let signals: [Desktop.Signal]
+        do {
+            signals = try desktop.signals()
+        } catch {
+            Self.say("the notification service went away (\(error)); printing instead")
+            self.desktop = nil
+            return
+        }
+        for signal in signals {
             switch signal {
             case .action(let id, _):
                 // "default" (a click) and "signin" (the menu) both start the sign-in.
@@ -190,7 +188,8 @@ struct Notifier {
                     self.desktop = nil
                 }
             }
-            if id == 0 { Output.verbatim("\(summary): \(body) Run: vaultctl signin \(account)") }
+            // The username is the issuer's text: escaped, as every line vaultctl prints.
+            if id == 0 { Output.line("\(summary): \(body) Run: vaultctl signin \(account)") }
             self.waiting[account] = (id, now + self.every)
         }
     }
@@ -237,6 +236,8 @@ final class Desktop {
     }
 
     private let bus: DBusConnection
+    /// Whether the first signal of another peer than the service was said on stderr.
+    private var saidStranger = false
     private static let service = "org.freedesktop.Notifications"
     private static let path = "/org/freedesktop/Notifications"
 
@@ -251,7 +252,10 @@ final class Desktop {
     static func connect() -> Desktop? {
         do {
             let bus = try DBusConnection(environment: ProcessInfo.processInfo.environment)
-            let rule = "type='signal',interface='\(Self.service)',path='\(Self.path)'"
+            // Only the service's broadcasts are routed here (the bus matches
+            // `sender` against the name's owner); a signal addressed to this
+            // connection comes whatever the rule, and `signalsFrom` drops it.
+            let rule = "type='signal',sender='\(Self.service)',interface='\(Self.service)',path='\(Self.path)'"
             try bus.call(
                 destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
                 member: "AddMatch", signature: "s"
@@ -280,6 +284,10 @@ final class Desktop {
             w.int32(0)  // never expires: the reminder replaces it
         }
         guard reply.signature == "u", let id = reply.body.uint32() else { throw .protocolError("Notify answered \(reply.signature)") }
+        // The peer that answered is the service: its actions and dismissals
+        // are the only ones that count. Any other peer on the bus can send
+        // the same signals (a `dbus-send` would start a sign-in).
+        self.bus.signalsFrom = reply.sender
         return id
     }
 
@@ -303,20 +311,28 @@ final class Desktop {
         }
     }
 
-    func nextSignal() throws(DBusConnection.Failure) -> Signal? {
-        while var message = try self.bus.nextSignal() {
-            guard message.interface == Self.service else { continue }
+    /// The actions and dismissals readable now, of the service that
+    /// answered `Notify` only (`DBusConnection.readSignals`: one read of the
+    /// bus at most).
+    func signals() throws(DBusConnection.Failure) -> [Signal] {
+        var signals: [Signal] = []
+        let messages = try self.bus.readSignals()
+        if !self.saidStranger, let stranger = self.bus.firstStranger {
+            Output.error("ignoring signals from \(stranger) on the session bus: only the notification service's are acted on")
+            self.saidStranger = true
+        }
+        for var message in messages where message.interface == Self.service {
             switch (message.member, message.signature) {
             case ("ActionInvoked", "us"):
                 guard let id = message.body.uint32(), let key = message.body.string() else { continue }
-                return .action(id, key)
+                signals.append(.action(id, key))
             case ("NotificationClosed", "uu"):
                 guard let id = message.body.uint32() else { continue }
-                return .closed(id)
+                signals.append(.closed(id))
             default:
                 continue
             }
         }
-        return nil
+        return signals
     }
 }

@@ -14,7 +14,9 @@ struct Watch: ParsableCommand {
             each value escaped to one field (a space is \\x20). With --json, the event objects as vaultd \
             sends them. With --exec, CMD runs through /bin/sh once per event, one at a time and in order, \
             with TOKENVAULT_EVENT, TOKENVAULT_ACCOUNT and TOKENVAULT_<FIELD> for each other field set; \
-            it is killed after --exec-timeout seconds. No event carries a token. Exits 75 when vaultd \
+            it is killed after --exec-timeout seconds. TOKENVAULT_USERNAME is the issuer's text, as it \
+            sent it and not escaped: untrusted, so quote it ("$TOKENVAULT_USERNAME"), never eval it, and \
+            escape it before it reaches a terminal. No event carries a token. Exits 75 when vaultd \
             closes the stream because this reader fell behind (overloaded), 69 when vaultd stops: a \
             supervisor restarts it.
             """

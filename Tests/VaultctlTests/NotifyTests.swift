@@ -104,6 +104,106 @@ struct NotifyTests {
         await vault.stop()
     }
 
+    /// Any program on the session bus can send what dunst sends when "Sign in"
+    /// is picked. From another connection than the service that answered
+    /// `Notify`, broadcast or addressed to notify alone, it starts nothing and
+    /// the notification stays, said once on stderr; dunst's own still works.
+    @Test func anActionSentByAnotherPeerOnTheBusStartsNothing() async throws {
+        let vault = try await IssuerAndDaemon.start(arguments: ["--log-level", "debug"])
+        let desktop = try await Desktop.start()
+        let fakes = try VaultctlOutputTests.FakePrograms.make()
+        let socket = vault.daemon.socketPath
+        var env = vault.env.merging(desktop.env) { $1 }
+        env["PATH"] = fakes.bin + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")
+        env["FAKE_RECORDS"] = fakes.records
+        let errors = vault.folder + "/notify.err"
+        env["ERR"] = errors
+        env["VAULTCTL"] = productsDirectory + "/vaultctl"
+        env["SOCKET"] = socket
+        let started = {
+            ((try? FileManager.default.contentsOfDirectory(atPath: fakes.records)) ?? []).contains { $0.hasPrefix("xdg-open") }
+        }
+        async let notify = runTool("/bin/bash", ["-c", #"exec "$VAULTCTL" notify --socket "$SOCKET" --every 10 2> "$ERR""#], environment: env)
+        try await Self.ending(socket) {
+            try await eventually { vault.daemon.output.contains("subscribed") }
+            vault.issuer.setTokenBehaviour(.invalidGrant)
+            #expect(try await runTool("vaultctl", ["token", "work", "--force-refresh"], environment: vault.env).status == 77)
+            try await eventually { desktop.displayedCount >= 1 }
+            let id = try #require(try await desktop.showing().first?["id"] as? Int)
+
+            // The notification's own id, from dbus-send: ignored, once said.
+            for key in ["signin", "default"] {
+                let forged = try await desktop.ctl(["forge", desktop.folder, "\(id)", key])
+                #expect(forged.status == 0, "\(forged.stderr)")
+            }
+            let ignored = { ((try? String(contentsOfFile: errors, encoding: .utf8)) ?? "").contains("ignoring signals from :1.") }
+            try await eventually { ignored() || started() }
+            #expect(try await within(seconds: 2, started) == false, "a forged action started vaultctl signin")
+            #expect(try await desktop.showing().map { $0["id"] as? Int } == [id])
+            let said = try String(contentsOfFile: errors, encoding: .utf8)
+            #expect(said.components(separatedBy: "ignoring").count == 2, "said once: \(said)")
+
+            // The same action from dunst starts the sign-in.
+            #expect(try await desktop.ctl(["invoke", desktop.folder, "\(id)", "signin"]).status == 0)
+            try await eventually(started)
+        }
+        await Self.stop(socket)
+        _ = try await notify
+        await desktop.stop()
+        await vault.stop()
+    }
+
+    /// A peer that keeps sending neither fills notify's memory nor holds it
+    /// up: what it sent while notify was busy (here: stopped) is dropped as
+    /// it is read, also while a call waits for its reply, and the next
+    /// account that needs a sign-in is shown at once.
+    @Test func whatAPeerKeepsSendingIsDroppedNotKept() async throws {
+        let vault = try await IssuerAndDaemon.start(arguments: ["--log-level", "debug"])
+        try await importAccount("home", from: vault.issuer, environment: vault.env)
+        let desktop = try await Desktop.start()
+        let socket = vault.daemon.socketPath
+        var env = vault.env.merging(desktop.env) { $1 }
+        let errors = vault.folder + "/notify.err"
+        let pidFile = vault.folder + "/notify.pid"
+        env["ERR"] = errors
+        env["PID"] = pidFile
+        env["VAULTCTL"] = productsDirectory + "/vaultctl"
+        env["SOCKET"] = socket
+        let script = #"echo $$ > "$PID"; exec "$VAULTCTL" notify --socket "$SOCKET" 2> "$ERR""#
+        async let notify = runTool("/bin/bash", ["-c", script], environment: env)
+        try await Self.ending(socket) {
+            try await eventually { vault.daemon.output.contains("subscribed") }
+            vault.issuer.setTokenBehaviour(.invalidGrant)
+            #expect(try await runTool("vaultctl", ["token", "work", "--force-refresh"], environment: vault.env).status == 77)
+            try await eventually { desktop.displayedCount >= 1 }
+            let pid = try String(contentsOfFile: pidFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+
+            // While notify is stopped: work's sign-out, whose event makes it
+            // close the notification when it runs again, before it reads the
+            // bus (a call, whose reply comes after all the bus queued); then
+            // the flood, which the bus queues for it.
+            #expect(try await runTool("/bin/kill", ["-STOP", pid]).status == 0)
+            #expect(try await runTool("vaultctl", ["signout", "work"], environment: vault.env).status == 0)
+            let flood = try await desktop.ctl(["flood", desktop.folder, "4"])
+            #expect(flood.status == 0, "\(flood.stderr)")
+            #expect(Int(flood.stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0 > 50_000, "sent: \(flood.stdout)")
+            #expect(try await runTool("/bin/kill", ["-CONT", pid]).status == 0)
+
+            // Then home needs a sign-in: shown once the flood is read, not held up by it.
+            #expect(try await runTool("vaultctl", ["token", "home", "--force-refresh"], environment: vault.env).status == 77)
+            try await eventually { try await desktop.showing().map { $0["summary"] as? String } == ["Sign in to home"] }
+            let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+            let peak = status.split(separator: "\n").first { $0.hasPrefix("VmHWM:") }.flatMap { Int($0.split(separator: " ")[1]) }
+            #expect(try #require(peak) < 40 * 1024, "notify's peak memory: \(peak ?? 0) kB")
+            let said = try String(contentsOfFile: errors, encoding: .utf8)
+            #expect(said.components(separatedBy: "ignoring signals from :1.").count == 2, "said once: \(said)")
+        }
+        await Self.stop(socket)
+        _ = try await notify
+        await desktop.stop()
+        await vault.stop()
+    }
+
     /// Without a session bus: what would have been shown goes to stdout.
     @Test func withoutASessionBusItPrintsWhatItWouldShow() async throws {
         let vault = try await IssuerAndDaemon.start(arguments: ["--log-level", "debug"])
@@ -131,5 +231,44 @@ struct NotifyTests {
         #expect(try String(contentsOfFile: out, encoding: .utf8) == expected)
         #expect(ended.stderr.contains("no session bus"), "\(ended.stderr)")
         await vault.stop()
+    }
+
+    /// The username is the issuer's text: printed without a notification
+    /// server, it is escaped as every line vaultctl prints, so an issuer
+    /// cannot set the terminal's title, forge a line or reorder one.
+    @Test func withoutASessionBusTheIssuersUsernameIsPrintedEscaped() async throws {
+        let issuer = try await TestIssuer.start()
+        let folder = try temporaryFolder()
+        let daemon = try DaemonProcess(folder: folder, arguments: ["--log-level", "debug"])
+        #expect(await daemon.waitForLog("listening"))
+        let vaultEnv = ["TOKENVAULT_SOCKET": daemon.socketPath]
+        let refreshToken = issuer.mintRefreshToken(subject: "ada\u{1B}]0;owned\u{7}\nRun: evil\u{202E}olleh")
+        let imported = try await runTool(
+            "vaultctl",
+            ["import", "work", "--issuer", issuer.issuer, "--client-id", TestIssuer.clientID, "--scope", "openid"],
+            input: refreshToken + "\n",
+            environment: vaultEnv
+        )
+        #expect(imported.status == 0, "\(imported.stderr)")
+        #expect(try await runTool("vaultctl", ["token", "work"], environment: vaultEnv).status == 0)
+        let out = folder + "/notify.out"
+        let env = vaultEnv.merging([
+            "DBUS_SESSION_BUS_ADDRESS": "", "XDG_RUNTIME_DIR": folder, "OUT": out,
+            "VAULTCTL": productsDirectory + "/vaultctl", "SOCKET": daemon.socketPath,
+        ]) { $1 }
+        let expected = "Sign in to work: tokenvault: the issuer asks you to sign in to 'work' as "
+            + #"ada\u{1B}]0;owned\u{7}\nRun: evil\u{202E}olleh again. Run: vaultctl signin work"# + "\n"
+        async let notify = runTool("/bin/bash", ["-c", #"exec "$VAULTCTL" notify --socket "$SOCKET" > "$OUT""#], environment: env)
+        try await Self.ending(daemon.socketPath) {
+            try await eventually { daemon.output.contains("subscribed") }
+            issuer.setTokenBehaviour(.invalidGrant)
+            #expect(try await runTool("vaultctl", ["token", "work", "--force-refresh"], environment: vaultEnv).status == 77)
+            try await eventually { (try? String(contentsOfFile: out, encoding: .utf8))?.isEmpty == false }
+        }
+        await Self.stop(daemon.socketPath)
+        _ = try await notify
+        #expect(try String(contentsOfFile: out, encoding: .utf8) == expected)
+        #expect(await daemon.terminate() == 0)
+        await issuer.stop()
     }
 }

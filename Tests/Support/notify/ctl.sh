@@ -20,6 +20,16 @@
 #   ctl.sh dismiss DIR          a right click on the top notification:
 #                               NotificationClosed(ID, 2), no action
 #   ctl.sh screenshot DIR FILE  the whole screen as PNG (ImageMagick import)
+#   ctl.sh forge DIR ID KEY     ActionInvoked(ID, KEY) as any other program on
+#                               the bus can send it, not from dunst: with
+#                               dbus-send, once broadcast and once addressed
+#                               to each connection but dunst's (which no
+#                               match rule filters), each time from a
+#                               connection of its own
+#   ctl.sh flood DIR SECONDS    a peer that keeps sending: ActionInvoked of no
+#                               notification, addressed to each connection
+#                               but dunst's, as fast as the bus takes them,
+#                               for SECONDS (flood.py); prints how many
 #
 # dunstctl works on the session too, with DIR/env's environment:
 # `dunstctl count displayed`, `dunstctl history` (closed ones, JSON),
@@ -43,7 +53,7 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 say() { echo "notify/ctl.sh: $*" >&2; }
 fail() { say "error: $*"; exit 1; }
-usage() { echo "usage: $0 showing DIR | invoke DIR ID KEY | click DIR [KEY] | dismiss DIR | screenshot DIR FILE" >&2; exit 2; }
+usage() { echo "usage: $0 showing DIR | invoke DIR ID KEY | click DIR [KEY] | dismiss DIR | screenshot DIR FILE | forge DIR ID KEY | flood DIR SECONDS" >&2; exit 2; }
 
 [ $# -ge 2 ] || usage
 COMMAND="$1"
@@ -140,6 +150,44 @@ invoke() {
 $(cat "$DIR/menu.in" 2>/dev/null)"
 }
 
+# The unique names on the bus but dunst's, one a line.
+others() {
+    local dunst name
+    bus_call() {
+        dbus-send --session --print-reply=literal --reply-timeout=5000 \
+            --dest=org.freedesktop.DBus /org/freedesktop/DBus "org.freedesktop.DBus.$1" "${@:2}"
+    }
+    dunst="$(bus_call GetNameOwner string:org.freedesktop.Notifications | tr -d '[:space:]')"
+    [[ "$dunst" == :* ]] || fail "nobody owns org.freedesktop.Notifications"
+    for name in $(bus_call ListNames); do
+        [[ "$name" == :* ]] && [ "$name" != "$dunst" ] && echo "$name"
+    done
+    true
+}
+
+forge() {
+    local id="$1" key="$2" names name
+    [[ "$id" =~ ^[0-9]+$ ]] || fail "ID must be a number (got '$id')"
+    names="$(others)"
+    signal() {
+        dbus-send --session --type=signal "$@" /org/freedesktop/Notifications \
+            org.freedesktop.Notifications.ActionInvoked "uint32:$id" "string:$key"
+    }
+    signal || fail "dbus-send could not send the signal"
+    for name in $names; do
+        signal --dest="$name" || fail "dbus-send could not send the signal to $name"
+    done
+}
+
+flood() {
+    local names
+    [[ "$1" =~ ^[0-9]+$ ]] || fail "SECONDS must be a number (got '$1')"
+    command -v python3 >/dev/null 2>&1 || fail "'python3' not found"
+    names="$(others)"
+    # shellcheck disable=SC2086
+    python3 "$HERE/flood.py" "$1" $names
+}
+
 # Clicks the top notification with BUTTON (1 left, 2 middle, 3 right).
 click_top() {
     command -v xdotool >/dev/null 2>&1 || fail "'xdotool' not found (run dev/install-test-deps.sh)"
@@ -168,6 +216,8 @@ $(cat "$DIR/menu.in" 2>/dev/null)"
         fi
         ;;
     dismiss) [ $# -eq 0 ] || usage; click_top 3 ;;
+    forge) [ $# -eq 2 ] || usage; forge "$1" "$2" ;;
+    flood) [ $# -eq 1 ] || usage; flood "$1" ;;
     screenshot)
         [ $# -eq 1 ] || usage
         command -v import >/dev/null 2>&1 || fail "'import' not found (imagemagick)"
