@@ -2,7 +2,8 @@
 // sends, cut into lines as vaultd cuts them, each decoded by
 // `LineCodec.request(from:)` (never a crash), and every request that decodes
 // re-encoded to a line that decodes to the same request (RequestLines.swift);
-// the secret-field scanner refuses nothing JSONDecoder reads;
+// the secret-field scanner refuses nothing JSONDecoder reads, and takes
+// what JSONDecoder decodes under the secret keys;
 // the plain path for `token` lines reads and writes every line as Codable does.
 // No broker and no daemon: it links VaultProtocol and what that needs only,
 // for many more inputs a second than the request harness.
@@ -16,7 +17,7 @@ import VaultProtocol
 public func fuzzRequestDecode(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     for line in RequestLines.lines(of: Array(UnsafeBufferPointer(start: data, count: size))) {
         RequestLines.checkPlainAgrees(line)
-        RequestLines.checkSecretFieldsAccept(line)
+        RequestLines.checkSecretFieldsAgree(line)
         RequestLines.checkRoundTrip(LineCodec.request(from: line))
     }
     return 0

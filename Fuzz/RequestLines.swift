@@ -1,9 +1,11 @@
 // What the two request harnesses share (FuzzRequest.swift, and the
 // decoder-only FuzzRequestDecode.swift): cutting an input into lines as
-// vaultd does, and the round-trip property of the request decoder. Compiled
-// into both by dev/fuzz.sh; it needs VaultProtocol only.
+// vaultd does, the round-trip property of the request decoder, and what
+// SecretFields takes against what JSONDecoder reads. Compiled into both by
+// dev/fuzz.sh; it needs VaultProtocol only.
 
 import FoundationEssentials
+import VaultCrypto
 import VaultJSON
 @testable import VaultProtocol
 
@@ -14,18 +16,56 @@ func fail(_ message: String) -> Never {
 
 enum RequestLines {
     /// `SecretFields` refuses no line that JSONDecoder reads as `Request`
-    /// does (names decoded, values skipped): the secret fields of a request
-    /// are taken out before JSONDecoder sees the rest, so a line it refused
-    /// that the decoder reads would be a request lost.
-    static func checkSecretFieldsAccept(_ line: ArraySlice<UInt8>) {
-        guard (try? JSONDecoder().decode([String: Skip].self, from: Data(line))) != nil else { return }
+    /// does (names decoded, values skipped), and takes from it what
+    /// JSONDecoder would have decoded under each secret key: the same
+    /// string, and nothing where the decoder makes no string. The secret
+    /// fields of a request are taken out before JSONDecoder sees the rest,
+    /// so a line it refused that the decoder reads would be a request lost,
+    /// and a string it left there would reach the decoder's Strings.
+    static func checkSecretFieldsAgree(_ line: ArraySlice<UInt8>) {
+        guard let decoded = try? JSONDecoder().decode(SecretStrings.self, from: Data(line)) else { return }
         var bytes = Array(line)
+        let taken: [String: SecretBytes]
         do {
-            _ = try SecretFields.take(["password", "refresh_token", "a"], from: &bytes)
+            taken = try SecretFields.take(SecretStrings.keys, from: &bytes)
         } catch .duplicate {
             return
         } catch {
             fail("SecretFields refused a line JSONDecoder reads: \(error)")
+        }
+        defer { for secret in taken.values { secret.wipe() } }
+        // UTF-8 is SecretFields' caller's to check, as LineCodec does.
+        guard LineCodec.isValidUTF8(line) else { return }
+        for key in SecretStrings.keys {
+            let secret = taken[key].map { $0.withUnsafeBytes { [UInt8]($0) } }
+            let string = decoded.strings[key].map { [UInt8]($0.utf8) }
+            guard secret == string else {
+                let size = { (bytes: [UInt8]?) in bytes.map { "\($0.count) bytes" } ?? "nothing" }
+                fail("under '\(key)' SecretFields took \(size(secret)) where JSONDecoder decodes \(size(string))")
+            }
+        }
+    }
+
+    /// What JSONDecoder decodes of a line: every name (values skipped, as
+    /// `Request` reads them), and the string under each secret key where
+    /// there is one it decodes.
+    struct SecretStrings: Decodable {
+        /// The request's secret keys, and one a fuzzer finds fast.
+        static let keys = Request.secretKeys.union(["a"])
+
+        var strings: [String: String] = [:]
+
+        init(from decoder: any Decoder) throws {
+            _ = try [String: Skip](from: decoder)
+            let c = try decoder.container(keyedBy: Name.self)
+            for key in Self.keys { self.strings[key] = try? c.decodeIfPresent(String.self, forKey: Name(stringValue: key)) }
+        }
+
+        struct Name: CodingKey {
+            var stringValue: String
+            var intValue: Int? { nil }
+            init(stringValue: String) { self.stringValue = stringValue }
+            init?(intValue: Int) { nil }
         }
     }
 

@@ -23,17 +23,29 @@ public enum SecretFields {
         case outOfMemory
     }
 
-    /// The secrets found under `keys` at the top level of the object in
-    /// `bytes`, which are left with those values blanked. `key` maps a name as
-    /// sent to the name it is looked up by (an issuer that pads its keys with
-    /// spaces). A named field whose value is not a valid string is left in
-    /// place for the decoder to refuse with its own words. On a throw,
-    /// nothing taken survives and `bytes` may be partly blanked.
+    /// The secrets found under `keys` (ASCII names) at the top level of the
+    /// object in `bytes`, which are left with those values blanked. A name
+    /// is compared as JSONDecoder compares it, unescaped, as a `String`,
+    /// however long it is written: a name passed over would leave its value
+    /// to the decoder's Strings. `key`, when given, maps a name as sent to
+    /// the name it is looked up by, dropping nothing but spaces and tabs (an
+    /// issuer that pads its keys with them). A named field whose value is
+    /// not a valid string is left in place for the decoder to refuse with
+    /// its own words. On a throw, nothing taken survives and `bytes` may be
+    /// partly blanked.
     public static func take(
         _ keys: Set<String>,
         from bytes: UnsafeMutableRawBufferPointer,
-        key: (String) -> String = { $0 }
+        key: ((String) -> String)? = nil
     ) throws(Malformed) -> [String: SecretBytes] {
+        precondition(keys.allSatisfy { $0.utf8.allSatisfy { $0 < 0x80 } }, "secret keys are ASCII")
+        // A name with more scalars than the longest key (spaces and tabs
+        // aside when `key` may drop them) is no key: one equal to an ASCII
+        // key has a scalar per byte of it (a String compares canonical
+        // equivalents, and the only scalars equivalent to an ASCII one are
+        // single ones, like U+212A KELVIN SIGN for K). So a hostile megabyte
+        // of a name is counted, not stored.
+        let nameLimit = keys.map(\.utf8.count).max() ?? 0
         let read = UnsafeRawBufferPointer(bytes)
         var scanner = Scanner(bytes: read)
         var spans: [(key: String, range: Range<Int>)] = []
@@ -47,14 +59,14 @@ public enum SecretFields {
         while !closed {
             let nameStart = scanner.index
             guard scanner.skipString() else { throw .notAnObject }
-            let name = Self.name(UnsafeRawBufferPointer(rebasing: read[nameStart..<scanner.index]))
+            let name = Self.name(UnsafeRawBufferPointer(rebasing: read[nameStart..<scanner.index]), limit: nameLimit, padded: key != nil)
             scanner.skipSpace()
             guard scanner.take(UInt8(ascii: ":")) else { throw .notAnObject }
             scanner.skipSpace()
             let start = scanner.index
             guard scanner.skipValue() else { throw .notAnObject }
-            let looked = key(name)
-            if keys.contains(looked) {
+            let looked = name.map { key?($0) ?? $0 }
+            if let looked, keys.contains(looked) {
                 guard seen.insert(looked).inserted else { throw .duplicate(looked) }
                 let value = UnsafeRawBufferPointer(rebasing: read[start..<scanner.index])
                 if value.first == UInt8(ascii: "\"") && Self.isDecodable(value) { spans.append((looked, start..<scanner.index)) }
@@ -87,7 +99,7 @@ public enum SecretFields {
     public static func take(
         _ keys: Set<String>,
         from bytes: inout [UInt8],
-        key: (String) -> String = { $0 }
+        key: ((String) -> String)? = nil
     ) throws(Malformed) -> [String: SecretBytes] {
         let result: Result<[String: SecretBytes], Malformed> = bytes.withUnsafeMutableBytes { buffer in
             do throws(Malformed) { return .success(try Self.take(keys, from: buffer, key: key)) } catch { return .failure(error) }
@@ -97,10 +109,20 @@ public enum SecretFields {
 
     // MARK: Strings
 
-    /// A member's name, decoded when JSONDecoder would decode it and short
-    /// (a long or broken name is no field anyone looks up: empty).
-    private static func name(_ quoted: UnsafeRawBufferPointer) -> String {
-        guard quoted.count <= 66, Self.isDecodable(quoted) else { return "" }
+    /// A member's name, decoded when JSONDecoder would decode it; nil when
+    /// it would not (no field anyone looks up) or when it has more than
+    /// `limit` scalars, not counting spaces and tabs when it is `padded`.
+    private static func name(_ quoted: UnsafeRawBufferPointer, limit: Int, padded: Bool) -> String? {
+        guard Self.isDecodable(quoted) else { return nil }
+        var count = 0
+        let counts = { (value: UInt32) in !padded || (value != 0x20 && value != 0x09) }
+        Self.walk(quoted) { scalar in
+            if counts(scalar.value) { count += 1 }
+        } raw: { byte in
+            // A scalar's first byte (not a UTF-8 continuation byte) counts it.
+            if byte & 0xC0 != 0x80 && counts(UInt32(byte)) { count += 1 }
+        }
+        guard count <= limit else { return nil }
         var utf8: [UInt8] = []
         Self.walk(quoted) { utf8.append(contentsOf: UTF8.encode($0)!) } raw: { utf8.append($0) }
         return String(decoding: utf8, as: UTF8.self)

@@ -73,6 +73,61 @@ import VaultProtocol
         }
     }
 
+    /// `name` (ASCII from U+0010) with every character written as a `\u00XX` escape.
+    static func escaped(_ name: String) -> String {
+        name.unicodeScalars.map { #"\u00"# + String($0.value, radix: 16) }.joined()
+    }
+
+    /// JSONDecoder reads a name whatever its length as written: so does
+    /// SecretFields, or a secret under a long-escaped name would reach the
+    /// decoder and its Strings.
+    @Test func aLongEscapedNameIsTaken() throws {
+        let name = Self.escaped("refresh_token")
+        #expect(name.utf8.count == 78)
+        let (taken, rest) = try self.take(#"{"\#(name)":"rt-1","scope":"openid"}"#, ["refresh_token"])
+        #expect(taken == ["refresh_token": "rt-1"])
+        #expect(!rest.contains("rt-1"))
+        #expect(throws: SecretFields.Malformed.duplicate("refresh_token")) {
+            try self.take(#"{"refresh_token":"a","\#(name)":"b"}"#, ["refresh_token"])
+        }
+        #expect(throws: SecretFields.Malformed.duplicate("refresh_token")) {
+            try self.take(#"{"\#(name)":"a","refresh_token":"b"}"#, ["refresh_token"])
+        }
+    }
+
+    /// The decoder compares names as Strings do (canonical equivalence: the
+    /// KELVIN SIGN is a K), so SecretFields does too.
+    @Test func namesCompareAsTheDecoderComparesThem() throws {
+        let kelvin = #"{"\u212A":"k-1"}"#
+        #expect(try JSONDecoder().decode([String: String].self, from: Data(kelvin.utf8))["K"] == "k-1")
+        #expect(try self.take(kelvin, ["K"]).0 == ["K": "k-1"])
+        let kelvins = String(repeating: #"\u212a"#, count: 13)
+        #expect(try self.take(#"{"\#(kelvins)":"k-13"}"#, [String(repeating: "K", count: 13)]).0.values.first == "k-13")
+    }
+
+    /// A name longer than any key is none of them (it is counted, not stored).
+    @Test func aNameLongerThanAnyKeyIsNoKey() throws {
+        let long = Self.escaped("refresh_token") + String(repeating: #"\u0020"#, count: 200_000)
+        let (taken, _) = try self.take(#"{"\#(long)":"x","refresh_token":"rt"}"#, ["refresh_token"])
+        #expect(taken == ["refresh_token": "rt"])
+    }
+
+    /// A caller's `key` maps a name as sent (here: trimmed of spaces and
+    /// tabs, as native-auth answers are read) to the name it is looked up
+    /// by; it sees the whole name, however long. Without one, a padded name
+    /// is no key, as for JSONDecoder.
+    @Test func aMappedNameIsDecodedWhole() throws {
+        let padded = String(repeating: " ", count: 100) + Self.escaped("refresh_token") + String(repeating: #"\t"#, count: 50)
+        let json = #"{"\#(padded)":"rt-2"}"#
+        var bytes = Array(json.utf8)
+        let taken = try SecretFields.take(["refresh_token"], from: &bytes) { name in
+            String(name.drop { $0 == " " || $0 == "\t" }.reversed().drop { $0 == " " || $0 == "\t" }.reversed())
+        }
+        #expect(taken.mapValues { $0.unsafeString() } == ["refresh_token": "rt-2"])
+        #expect(try self.take(json, ["refresh_token"]).0.isEmpty)
+        #expect(try self.take(#"{" refresh_token":"rt-3"}"#, ["refresh_token"]).0.isEmpty)
+    }
+
     @Test func deepNestingIsWalkedWithoutRecursion() throws {
         let deep = String(repeating: "[", count: 30_000) + String(repeating: "]", count: 30_000)
         let (taken, _) = try self.take(#"{"a":\#(deep),"password":"p"}"#, ["password"])
