@@ -122,30 +122,42 @@ public actor OIDCClient {
 
     // MARK: Grants
 
-    /// The refresh-token grant (RFC 6749 §6). `scope` narrows the request; nil asks for the original grant.
+    /// The refresh-token grant (RFC 6749 §6). `scope` narrows the request;
+    /// nil asks for the original grant. A 200 is an answer even when its
+    /// tokens may not be served: the refresh token it carries replaces the
+    /// one sent, which the issuer has spent.
     public func refresh(
         _ refreshToken: SecretBytes,
         scope: String?,
         client: ClientCredentials,
         metadata: ProviderMetadata
-    ) async throws(ProviderError) -> TokenResponse {
+    ) async throws(ProviderError) -> TokenAnswer {
         var fields: [(String, any FormValue)] = [("grant_type", "refresh_token"), ("refresh_token", refreshToken)]
         if let scope { fields.append(("scope", scope)) }
-        return try await self.token(fields: fields, client: client, metadata: metadata)
+        return try await self.answer(fields: fields, client: client, metadata: metadata)
     }
 
-    /// A POST to the token endpoint with client authentication.
+    /// A POST to the token endpoint with client authentication; an answer
+    /// whose tokens may not be served keeps nothing.
     public func token(
         fields: [(String, any FormValue)],
         client: ClientCredentials,
         metadata: ProviderMetadata
     ) async throws(ProviderError) -> TokenResponse {
+        try await self.answer(fields: fields, client: client, metadata: metadata).served()
+    }
+
+    private func answer(
+        fields: [(String, any FormValue)],
+        client: ClientCredentials,
+        metadata: ProviderMetadata
+    ) async throws(ProviderError) -> TokenAnswer {
         var (body, headers) = self.authenticated(fields, client: client, metadata: metadata)
         defer { body.secureZero() }
         guard let key = client.dpop else {
             var reply = try await self.send(url: metadata.tokenEndpoint, method: .POST, headers: headers, body: body)
             defer { reply.body.secureZero() }
-            return try TokenResponseParser.parse(status: reply.status, body: &reply.body, retryAfter: reply.retryAfter)
+            return try TokenResponseParser.answer(status: reply.status, body: &reply.body, retryAfter: reply.retryAfter)
         }
         // RFC 9449 §5 and §8: a proof for the token endpoint's URL as
         // discovery names it, with the issuer's nonce for this client when
@@ -162,7 +174,7 @@ public actor OIDCClient {
             defer { reply.body.secureZero() }
             self.heard(reply, target, clientID: client.clientID)
             do {
-                return try TokenResponseParser.parse(status: reply.status, body: &reply.body, retryAfter: reply.retryAfter, proved: true)
+                return try TokenResponseParser.answer(status: reply.status, body: &reply.body, retryAfter: reply.retryAfter, proved: true)
             } catch .rejected(error: "use_dpop_nonce", _) where !retried && reply.dpopNonce != nil && reply.dpopNonce != sentNonce {
                 retried = true
             }

@@ -227,9 +227,28 @@ extension OIDCClient {
         client: ClientCredentials,
         metadata: ProviderMetadata
     ) async -> (RevocationOutcome, reason: String?) {
+        await self.revoke(refreshToken, hint: "refresh_token", client: client, metadata: metadata)
+    }
+
+    /// Revokes an access token at the issuer (RFC 7009 §2.1), so that a copy
+    /// handed out before a sign-out stops opening resources that ask the issuer.
+    public func revoke(
+        accessToken: SecretBytes,
+        client: ClientCredentials,
+        metadata: ProviderMetadata
+    ) async -> (RevocationOutcome, reason: String?) {
+        await self.revoke(accessToken, hint: "access_token", client: client, metadata: metadata)
+    }
+
+    private func revoke(
+        _ token: SecretBytes,
+        hint: String,
+        client: ClientCredentials,
+        metadata: ProviderMetadata
+    ) async -> (RevocationOutcome, reason: String?) {
         guard let endpoint = metadata.revocationEndpoint else { return (.unsupported, nil) }
         var (body, headers) = self.authenticated(
-            [("token", refreshToken), ("token_type_hint", "refresh_token")],
+            [("token", token), ("token_type_hint", hint)],
             client: client,
             metadata: metadata
         )

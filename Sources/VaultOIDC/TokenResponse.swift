@@ -44,3 +44,28 @@ public struct ClientCredentials: Sendable {
         self.dpop = dpop
     }
 }
+
+/// A 200 from the token endpoint: the refresh token it carried, kept
+/// whatever else it held (a refresh spent the one it sent), and its tokens
+/// or why none of them may be served.
+public struct TokenAnswer: Sendable {
+    public var refreshToken: SecretBytes?
+    public var tokens: Result<TokenResponse, ProviderError>
+
+    public init(refreshToken: SecretBytes?, tokens: Result<TokenResponse, ProviderError>) {
+        self.refreshToken = refreshToken
+        self.tokens = tokens
+    }
+
+    /// The tokens, for a caller that keeps nothing of a refused answer
+    /// (a sign-in): its refresh token is wiped then.
+    public func served() throws(ProviderError) -> TokenResponse {
+        switch self.tokens {
+        case .success(let response):
+            return response
+        case .failure(let error):
+            self.refreshToken?.wipe()
+            throw error
+        }
+    }
+}

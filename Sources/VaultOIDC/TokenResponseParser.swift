@@ -11,11 +11,15 @@ enum TokenResponseParser {
     /// reads the answer (`SecretFields`).
     static let secretKeys: Set<String> = ["access_token", "refresh_token", "id_token"]
 
-    /// What is left of a success once its tokens are taken.
+    /// What is left of a success once its tokens are taken. `token_type`
+    /// and `scope` are strings when present: another JSON type, `null`
+    /// included, is an answer nothing of is served (`shapeless`).
     private struct Rest: Decodable {
         var tokenType: String?
         var expiresIn: Int?
         var scope: String?
+        /// A field that is there with a type the protocol does not allow.
+        var shapeless: String?
 
         enum CodingKeys: String, CodingKey {
             case tokenType = "token_type"
@@ -25,10 +29,21 @@ enum TokenResponseParser {
 
         init(from decoder: any Decoder) throws {
             let c = try decoder.container(keyedBy: CodingKeys.self)
-            self.tokenType = try? c.decodeIfPresent(String.self, forKey: .tokenType)
+            var shapeless: String?
+            func text(_ key: CodingKeys) -> String? {
+                guard c.contains(key) else { return nil }
+                guard let value = try? c.decode(String.self, forKey: key) else {
+                    shapeless = key.rawValue
+                    return nil
+                }
+                return value
+            }
+            self.tokenType = text(.tokenType)
             // Bounded here (IssuerNumber): a number or a string, at most ten years.
             self.expiresIn = IssuerNumber.bounded(try? c.decodeIfPresent(JSONValue.self, forKey: .expiresIn), IssuerNumber.lifetimes)
-            self.scope = try? c.decodeIfPresent(String.self, forKey: .scope)
+            // "" says no more than a missing scope (RFC 6749 §5.1: the scope asked).
+            self.scope = text(.scope).flatMap { $0.isEmpty ? nil : $0 }
+            self.shapeless = shapeless
         }
     }
 
@@ -46,10 +61,19 @@ enum TokenResponseParser {
     /// other copy of them is made outside guarded memory.
     /// `proved`: the request carried a DPoP proof, so a `DPoP` token type is
     /// what it asked for; without one, only `Bearer` is.
+    /// An answer that is not served (`TokenAnswer.tokens` failed) keeps
+    /// nothing: its tokens are wiped.
     static func parse(status: UInt, body: inout [UInt8], retryAfter: Int?, proved: Bool = false) throws(ProviderError) -> TokenResponse {
+        try Self.answer(status: status, body: &body, retryAfter: retryAfter, proved: proved).served()
+    }
+
+    /// As `parse`, but a 200 whose tokens may not be served still gives the
+    /// refresh token it carried: a refresh spent the one it sent, and the
+    /// rotation is kept even when the access token is not.
+    static func answer(status: UInt, body: inout [UInt8], retryAfter: Int?, proved: Bool = false) throws(ProviderError) -> TokenAnswer {
         switch status {
         case 200:
-            return try Self.response(secrets: try Self.takeSecrets(from: &body), rest: body, proved: proved)
+            return Self.answer(secrets: try Self.takeSecrets(from: &body), rest: body, proved: proved)
         case 429, 500...599:
             throw .unavailable(reason: "the token endpoint answered HTTP \(status)", retryAfterSeconds: retryAfter)
         case 400...499:
@@ -72,7 +96,7 @@ enum TokenResponseParser {
     }
 
     /// The tokens of a 200 answer, straight into guarded memory.
-    static func takeSecrets(from body: inout [UInt8], key: (String) -> String = { $0 }) throws(ProviderError) -> [String: SecretBytes] {
+    static func takeSecrets(from body: inout [UInt8], key: ((String) -> String)? = nil) throws(ProviderError) -> [String: SecretBytes] {
         do {
             return try SecretFields.take(Self.secretKeys, from: &body, key: key)
         } catch .duplicate(let name) {
@@ -84,29 +108,58 @@ enum TokenResponseParser {
         }
     }
 
-    /// A token response from its taken tokens and the rest of the answer.
+    /// A token response from its taken tokens and the rest of the answer;
+    /// one that may not be served keeps nothing (a sign-in's answer).
     static func response(secrets: [String: SecretBytes], rest: [UInt8], proved: Bool = false) throws(ProviderError) -> TokenResponse {
-        guard let accessToken = secrets["access_token"], accessToken.count > 0,
-            let rest = try? JSONDecoder().decode(Rest.self, from: Data(rest))
-        else {
-            throw .unavailable(reason: "the token endpoint's answer is not a token response", retryAfterSeconds: nil)
+        try Self.answer(secrets: secrets, rest: rest, proved: proved).served()
+    }
+
+    /// The one rule for what an issuer's answer may hand on: an access
+    /// token is 1 or more visible ASCII characters without space (RFC 6750's
+    /// b64token and RFC 9449's token68 are narrower still), so no token can
+    /// carry a line break or a control character into a header, a SASL
+    /// string or a command's environment; `token_type` is Bearer or DPoP;
+    /// `token_type` and `scope` are strings when present.
+    static func answer(secrets: [String: SecretBytes], rest: [UInt8], proved: Bool = false) -> TokenAnswer {
+        let refreshToken = secrets["refresh_token"]
+        func refused(_ error: ProviderError) -> TokenAnswer {
+            for (name, secret) in secrets where name != "refresh_token" { secret.wipe() }
+            return TokenAnswer(refreshToken: refreshToken, tokens: .failure(error))
+        }
+        guard let rest = try? JSONDecoder().decode(Rest.self, from: Data(rest)) else {
+            return refused(.unavailable(reason: "the token endpoint's answer is not a token response", retryAfterSeconds: nil))
+        }
+        guard let accessToken = secrets["access_token"], accessToken.count > 0 else {
+            return refused(.unavailable(reason: "the token endpoint's answer is not a token response", retryAfterSeconds: nil))
+        }
+        guard Self.isVisibleASCII(accessToken) else {
+            return refused(.untrusted(reason: "the issuer's access token holds a space, a control character or non-ASCII text"))
+        }
+        if let shapeless = rest.shapeless {
+            return refused(.untrusted(reason: "the issuer's '\(shapeless)' is not a string"))
         }
         let tokenType: String
         switch (rest.tokenType ?? "Bearer").lowercased() {
         case "bearer": tokenType = "Bearer"
         case "dpop" where proved: tokenType = "DPoP"
-        case "dpop": throw .untrusted(reason: "the issuer sent a DPoP token for a request without a proof")
-        default: throw .untrusted(reason: "the issuer sent a token type other than Bearer or DPoP")
+        case "dpop": return refused(.untrusted(reason: "the issuer sent a DPoP token for a request without a proof"))
+        default: return refused(.untrusted(reason: "the issuer sent a token type other than Bearer or DPoP"))
         }
-        return TokenResponse(
+        let response = TokenResponse(
             accessToken: accessToken,
             tokenType: tokenType,
             // 0 (or a negative lifetime, read as 0) counts as not said, as no issuer means it.
             expiresIn: rest.expiresIn.flatMap { $0 > 0 ? $0 : nil },
-            refreshToken: secrets["refresh_token"],
+            refreshToken: refreshToken,
             idToken: secrets["id_token"],
             scope: rest.scope
         )
+        return TokenAnswer(refreshToken: refreshToken, tokens: .success(response))
+    }
+
+    /// 1 or more bytes, each from `!` to `~`.
+    static func isVisibleASCII(_ token: SecretBytes) -> Bool {
+        token.count > 0 && token.withUnsafeBytes { bytes in bytes.allSatisfy { (0x21...0x7E).contains($0) } }
     }
 
     /// Issuer text goes to clients and logs: its control characters
