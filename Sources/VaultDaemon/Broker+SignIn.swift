@@ -106,7 +106,7 @@ extension Broker: SignInBroker {
         if key == nil, configuration.dpop == .required {
             self.logger.warning("the issuer bound no key; the refresh token is revoked", metadata: ["account": "\(name)"])
             let oidc = self.oidc
-            self.chores.soon { _ = await oidc.revoke(refreshToken: refreshToken, client: client, metadata: metadata) }
+            self.chores.finish { _ = await oidc.revoke(refreshToken: refreshToken, client: client, metadata: metadata) }
             throw VaultError.dpopNotBound(name)
         }
         let sealedKey: SecretBytes?

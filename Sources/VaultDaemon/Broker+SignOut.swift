@@ -20,7 +20,15 @@ extension Broker {
         /// presented after it was revoked (the refresh, fenced, revokes what
         /// it got in turn).
         var spending: Task<Result<CachedToken, VaultError>, Never>?
+        /// The access tokens handed out that still live, newest first: the
+        /// issuer revokes them too, for resources that ask it (RFC 7662).
+        var accessTokens: [SecretBytes] = []
     }
+
+    /// The most access tokens one sign-out revokes, all at once: the newest
+    /// of those cached (one per scope set) and those a refresh replaced
+    /// (`TokenCache.retiredPerAccount`); the rest are named in the reason.
+    static let accessTokensRevokedAtMost = 16
 
     /// Signs an account out everywhere (docs/protocol.md, Sign-out):
     /// its secrets and tokens leave memory and every store that holds them,
@@ -80,11 +88,13 @@ extension Broker {
         try self.requireUnlocked()
         let secrets = account.secrets
         let spending = account.spending?.task
+        let accessTokens = self.cache.liveTokens(account: name, now: self.clock.now())
         self.forgetSecrets(of: name)
         let kept = secrets.clientSecret.map { AccountSecrets(clientSecret: $0) }
         if let kept { self.accounts[name]?.secrets = kept }
         var wipe = Wipe(
-            name: name, configuration: account.configuration, secrets: secrets, wiped: [.memory], notified: 0, spending: spending
+            name: name, configuration: account.configuration, secrets: secrets, wiped: [.memory], notified: 0, spending: spending,
+            accessTokens: accessTokens
         )
         let configured = self.store.backend
         let owner = self.owner(of: name)
@@ -117,23 +127,33 @@ extension Broker {
         var revoked = Revocation.no
         var reasons = wipe.failures
         var endSession: String?
+        var accessTokensRevoked = 0
         let client = ClientCredentials(clientID: wipe.configuration.clientID, secret: wipe.secrets.clientSecret)
-        if let refreshToken = wipe.secrets.refreshToken {
-            _ = await wipe.spending?.value
+        if wipe.secrets.refreshToken != nil || !wipe.accessTokens.isEmpty {
             do {
                 let metadata = try await self.oidc.metadata(for: wipe.configuration.issuer, now: self.clock.now())
-                let outcome = await self.oidc.revoke(refreshToken: refreshToken, client: client, metadata: metadata)
-                revoked =
-                    switch outcome.0 {
-                    case .revoked: .yes
-                    case .unsupported: .unsupported
-                    case .failed: .failed
-                    }
-                if let reason = outcome.reason { reasons.append(reason) }
-                endSession = self.oidc.endSessionURL(metadata: metadata, clientID: wipe.configuration.clientID, idToken: wipe.secrets.idToken)
+                // The access tokens at once, beside the refresh token, which
+                // waits for a refresh that was spending it.
+                async let accessOutcome = self.revoke(accessTokens: wipe.accessTokens, client: client, metadata: metadata)
+                if let refreshToken = wipe.secrets.refreshToken {
+                    _ = await wipe.spending?.value
+                    let outcome = await self.oidc.revoke(refreshToken: refreshToken, client: client, metadata: metadata)
+                    revoked =
+                        switch outcome.0 {
+                        case .revoked: .yes
+                        case .unsupported: .unsupported
+                        case .failed: .failed
+                        }
+                    if let reason = outcome.reason { reasons.append(reason) }
+                    endSession = self.oidc.endSessionURL(metadata: metadata, clientID: wipe.configuration.clientID, idToken: wipe.secrets.idToken)
+                }
+                let (count, reason) = await accessOutcome
+                accessTokensRevoked = count
+                if let reason { reasons.append(reason) }
             } catch {
-                revoked = .failed
+                if wipe.secrets.refreshToken != nil { revoked = .failed }
                 reasons.append(VaultError(error, account: name).message)
+                if !wipe.accessTokens.isEmpty { reasons.append("\(wipe.accessTokens.count) access tokens were not revoked") }
             }
         }
         // Revoked, or tried: the refresh token and ID token are destroyed in
@@ -144,14 +164,41 @@ extension Broker {
         wipe.secrets.dpopKey?.wipe()
         self.logger.notice(
             "signed out",
-            metadata: ["account": "\(name)", "revoked": "\(revoked.rawValue)", "wiped": "\(wipe.wiped.map(\.rawValue))", "notified": "\(wipe.notified)"]
+            metadata: [
+                "account": "\(name)", "revoked": "\(revoked.rawValue)", "access_tokens_revoked": "\(accessTokensRevoked)",
+                "wiped": "\(wipe.wiped.map(\.rawValue))", "notified": "\(wipe.notified)",
+            ]
         )
         return SignOutReceipt(
             name: name,
             revoked: revoked,
             reason: reasons.isEmpty ? nil : reasons.joined(separator: "; "),
             wiped: wipe.wiped,
-            endSessionURL: endSession
+            endSessionURL: endSession,
+            accessTokensRevoked: accessTokensRevoked
         )
+    }
+
+    /// Revokes `tokens` (at most `accessTokensRevokedAtMost`, the newest)
+    /// at once: how many the issuer took, and in words what is left live.
+    private nonisolated func revoke(
+        accessTokens tokens: [SecretBytes],
+        client: ClientCredentials,
+        metadata: ProviderMetadata
+    ) async -> (Int, reason: String?) {
+        guard !tokens.isEmpty else { return (0, nil) }
+        guard metadata.revocationEndpoint != nil else {
+            return (0, "the issuer offers no revocation; \(tokens.count) access tokens live until they expire")
+        }
+        let tried = tokens.prefix(Self.accessTokensRevokedAtMost)
+        let revoked = await withTaskGroup(of: Bool.self) { group in
+            for token in tried {
+                group.addTask { await self.oidc.revoke(accessToken: token, client: client, metadata: metadata).0 == .revoked }
+            }
+            return await group.reduce(0) { $0 + ($1 ? 1 : 0) }
+        }
+        let live = tokens.count - revoked
+        guard live > 0 else { return (revoked, nil) }
+        return (revoked, "\(live) of \(tokens.count) access tokens were not revoked and live until they expire")
     }
 }

@@ -122,7 +122,7 @@ extension Broker {
         guard let account = self.accounts[name] else { return }
         let key = TokenCache.key(scopes ?? account.configuration.scopes)
         guard account.refreshing[key] == nil, account.secrets.refreshToken != nil, !account.needsReauth,
-            !self.store.isLocked, account.backoff.notBefore <= self.clock.now()
+            !self.isLocked, account.backoff.notBefore <= self.clock.now()
         else { return }
         self.logger.debug("refreshing ahead of expiry", metadata: ["account": "\(name)"])
         _ = self.startRefresh(name, key: key, scopes: scopes)
@@ -230,17 +230,20 @@ extension Broker {
         let configuration = account.configuration
         let proofKey = account.secrets.dpop
         let client = ClientCredentials(clientID: configuration.clientID, secret: account.secrets.clientSecret, dpop: proofKey)
-        let response: TokenResponse
+        let answer: TokenAnswer
         let metadata: ProviderMetadata
         do {
             metadata = try await self.oidc.metadata(for: configuration.issuer, now: self.clock.now())
-            response = try await self.oidc.refresh(refreshToken, scope: scope, client: client, metadata: metadata)
+            answer = try await self.oidc.refresh(refreshToken, scope: scope, client: client, metadata: metadata)
         } catch {
             return .failure(self.failed(name, generation: generation, error))
         }
-        let rotated = response.refreshToken.flatMap { $0 == refreshToken ? nil : $0 }
+        // An answer whose tokens may not be served still rotated the refresh
+        // token: the rotation is kept below, and only then is it refused.
+        let response = try? answer.tokens.get()
+        let rotated = answer.refreshToken.flatMap { $0 == refreshToken ? nil : $0 }
         guard self.accounts[name]?.generation == generation else {
-            return .failure(self.discard(name, rotated: rotated, client: client, metadata: metadata))
+            return .failure(self.discard(name, rotated: rotated, accessToken: response?.accessToken, client: client, metadata: metadata))
         }
         let now = self.clock.now()
         if let rotated {
@@ -253,7 +256,7 @@ extension Broker {
         // (OIDC Core §12.2; `iss` and `aud` are checked against the account's).
         var validated: StoredClaims?
         var refused: VaultError?
-        if let idToken = response.idToken {
+        if let idToken = response?.idToken {
             do throws(ProviderError) {
                 let claims = try await self.oidc.validateIDToken(
                     idToken,
@@ -271,10 +274,10 @@ extension Broker {
                 refused = VaultError(error, account: name)
             }
             guard self.accounts[name]?.generation == generation else {
-                return .failure(self.discard(name, rotated: rotated, client: client, metadata: metadata))
+                return .failure(self.discard(name, rotated: rotated, accessToken: response?.accessToken, client: client, metadata: metadata))
             }
         }
-        if let validated, let idToken = response.idToken {
+        if let validated, let idToken = response?.idToken {
             self.accounts[name]?.claims = validated
             // Written with a rotated refresh token; else kept in memory until the next write.
             if rotated != nil || self.accounts[name]?.secrets.idToken == nil { self.accounts[name]?.secrets.idToken = idToken }
@@ -292,17 +295,26 @@ extension Broker {
             }
             // A sign-out meanwhile removed it again after this save (the store keeps their order).
             guard self.accounts[name]?.generation == generation else {
-                return .failure(self.discard(name, rotated: rotated, client: client, metadata: metadata))
+                return .failure(self.discard(name, rotated: rotated, accessToken: response?.accessToken, client: client, metadata: metadata))
             }
+        }
+        let served: TokenResponse
+        switch answer.tokens {
+        case .success(let tokens): served = tokens
+        case .failure(let error): return .failure(self.failed(name, generation: generation, error))
         }
         if let refused { return .failure(refused) }
         let token = CachedToken(
-            accessToken: response.accessToken,
+            accessToken: served.accessToken,
             issuedAt: now,
-            lifetime: response.expiresIn ?? Self.assumedLifetime,
-            scope: response.scope ?? scope ?? configuration.scopes.joined(separator: " "),
+            lifetime: served.expiresIn ?? Self.assumedLifetime,
+            // An issuer that names no scope granted what was asked (RFC 6749
+            // §5.1), but issuers may ignore a narrowed `scope` on a refresh
+            // (§6): the token is taken to carry the whole grant then, so a
+            // share of fewer scopes never hands it on.
+            scope: served.scope ?? configuration.scopes.joined(separator: " "),
             refreshAhead: configuration.refreshAhead,
-            dpop: response.tokenType == "DPoP" ? proofKey : nil
+            dpop: served.tokenType == "DPoP" ? proofKey : nil
         )
         self.cache.store(token, account: name, key: key)
         self.accounts[name]?.backoff = Backoff()
@@ -311,19 +323,33 @@ extension Broker {
         self.events.emit(event)
         self.logger.info(
             "token refreshed",
-            metadata: ["account": "\(name)", "rotated": "\(rotated != nil)", "expires_in": "\(response.expiresIn ?? -1)"]
+            metadata: ["account": "\(name)", "rotated": "\(rotated != nil)", "expires_in": "\(served.expiresIn ?? -1)"]
         )
         return .success(token)
     }
 
     /// The account was signed out, locked or signed in anew while a refresh
     /// or sign-in of the old session was out: keep nothing, and revoke the
-    /// refresh token the issuer handed out meanwhile, where it can.
-    func discard(_ name: String, rotated: SecretBytes?, client: ClientCredentials, metadata: ProviderMetadata) -> VaultError {
-        if let rotated {
-            self.logger.notice("a refresh token issued after sign-out is revoked", metadata: ["account": "\(name)"])
+    /// refresh token the issuer handed out meanwhile (and the access token
+    /// that came with it), where it can.
+    func discard(
+        _ name: String,
+        rotated: SecretBytes?,
+        accessToken: SecretBytes? = nil,
+        client: ClientCredentials,
+        metadata: ProviderMetadata
+    ) -> VaultError {
+        if rotated != nil || accessToken != nil {
+            self.logger.notice("tokens issued after sign-out are revoked", metadata: ["account": "\(name)"])
             let oidc = self.oidc
-            self.chores.soon { _ = await oidc.revoke(refreshToken: rotated, client: client, metadata: metadata) }
+            // Finished even when vaultd stops now: nothing else holds them.
+            self.chores.finish {
+                async let access: Void = {
+                    if let accessToken { _ = await oidc.revoke(accessToken: accessToken, client: client, metadata: metadata) }
+                }()
+                if let rotated { _ = await oidc.revoke(refreshToken: rotated, client: client, metadata: metadata) }
+                await access
+            }
         }
         return VaultError.signedOutMeanwhile(name)
     }

@@ -47,6 +47,9 @@ public actor Broker {
     /// them again, and so does the account's next write.
     var unsaved: Set<String> = []
     var storageError: String?
+    /// Locks waiting for the refreshes in flight to end: no refresh starts
+    /// and the vault answers as locked meanwhile.
+    var locking = 0
 
     struct Account {
         var configuration: AccountConfiguration
@@ -156,7 +159,7 @@ public actor Broker {
         return StatusResult(
             backend: self.store.backend,
             backendReason: reason,
-            locked: self.store.isLocked,
+            locked: self.isLocked,
             keySource: self.keySource?.name,
             accounts: self.accounts.values
                 .sorted { $0.configuration.name < $1.configuration.name }
@@ -295,8 +298,23 @@ public actor Broker {
         return RemovalResult(account: name, wiped: places, revoked: receipt.revoked)
     }
 
+    /// Drops the key and every secret from memory. A refresh at the issuer
+    /// now has spent the refresh token it sent: the lock waits for it (and
+    /// every refresh queued behind it), so the rotation it brings is sealed
+    /// before the key goes, and the token read again at `unlock` is the live
+    /// one. No refresh starts meanwhile (`requireUnlocked`); the wait is
+    /// bounded by the issuer timeout of each.
     public func lock() async {
+        self.locking += 1
+        while let spending = self.accounts.values.lazy.compactMap(\.spending).first {
+            _ = await spending.task.value
+            // Its task clears `spending` as it ends; one forgotten meanwhile is not waited for again.
+            for (name, account) in self.accounts where account.spending?.serial == spending.serial {
+                self.accounts[name]?.spending = nil
+            }
+        }
         await self.store.lock()
+        self.locking -= 1
         for name in self.accounts.keys { self.forgetSecrets(of: name) }
         self.logger.notice("vault locked; secrets dropped from memory")
     }
@@ -389,6 +407,9 @@ public actor Broker {
     /// The one lock check: throws `locked` while the configured store cannot
     /// read or write.
     func requireUnlocked() throws(VaultError) {
-        if self.store.isLocked { throw self.lockedError }
+        if self.isLocked { throw self.lockedError }
     }
+
+    /// The configured store is locked, or a `lock` is on its way.
+    var isLocked: Bool { self.store.isLocked || self.locking > 0 }
 }

@@ -10,7 +10,11 @@ import Synchronization
 /// A chore not yet begun can be cancelled by its ticket. One under way runs
 /// to its end, so each chore checks what it acts on when it begins (the flow
 /// or share may have ended). When the daemon stops, the chores not begun
-/// are dropped and those under way are cancelled.
+/// are dropped and those under way are cancelled; but a chore that must
+/// finish (`finish`: the revocation of a token the vault threw away, which
+/// the issuer would otherwise keep live with nothing here holding it)
+/// begins at the stop if it had not, and is never cancelled: it ends by its
+/// own bound (the issuer timeout), and the daemon's stop waits for it.
 public final class Chores: Sendable {
     public struct Ticket: Hashable, Sendable {
         fileprivate let number: UInt64
@@ -19,6 +23,7 @@ public final class Chores: Sendable {
     private struct Chore {
         let due: Double
         let work: @Sendable () async -> Void
+        var mustFinish = false
     }
 
     private struct State {
@@ -42,12 +47,24 @@ public final class Chores: Sendable {
     /// Runs `work` once the clock reaches `due`.
     @discardableResult
     public func at(_ due: Double, _ work: @escaping @Sendable () async -> Void) -> Ticket {
+        self.add(Chore(due: due, work: work))
+    }
+
+    /// Runs `work` as soon as `run` gets to it, and at the stop if it had
+    /// not begun by then; once begun it is not cancelled, so `work` must
+    /// bound itself.
+    @discardableResult
+    public func finish(_ work: @escaping @Sendable () async -> Void) -> Ticket {
+        self.add(Chore(due: -.infinity, work: work, mustFinish: true))
+    }
+
+    private func add(_ chore: Chore) -> Ticket {
         let (ticket, wake) = self.state.withLock { state -> (Ticket, CheckedContinuation<Void, Never>?) in
             state.next += 1
             // After `stop`, nothing would run it: it is not kept either, nor
             // what it holds.
             guard !state.stopped else { return (Ticket(number: state.next), nil) }
-            state.pending[state.next] = Chore(due: due, work: work)
+            state.pending[state.next] = chore
             state.changed = true
             return (Ticket(number: state.next), state.wake.take())
         }
@@ -97,18 +114,24 @@ public final class Chores: Sendable {
                     let now = self.clock.now()
                     let (due, upcoming, stopped) = self.state.withLock { state in
                         state.changed = false
-                        let due = state.pending.filter { $0.value.due <= now }.sorted { $0.key < $1.key }
+                        // After `stop` only chores that must finish are left: they begin now.
+                        let due = state.pending.filter { state.stopped || $0.value.due <= now }.sorted { $0.key < $1.key }
                         for (number, _) in due { state.pending[number] = nil }
                         state.running += due.count
-                        return (due.map(\.value.work), state.pending.values.map(\.due).min(), state.stopped)
+                        return (due.map(\.value), state.pending.values.map(\.due).min(), state.stopped)
                     }
-                    if stopped { break running }
-                    for work in due {
+                    for chore in due {
                         group.addTask {
-                            await work()
+                            if chore.mustFinish {
+                                // Its own task: the group's cancellation at the stop does not reach it.
+                                await Task { await chore.work() }.value
+                            } else {
+                                await chore.work()
+                            }
                             self.state.withLock { $0.running -= 1 }
                         }
                     }
+                    if stopped { break running }
                     next = upcoming
                 }
                 await self.sleep(until: next)
@@ -117,11 +140,11 @@ public final class Chores: Sendable {
         }
     }
 
-    /// Ends `run`: no chore begins after this.
+    /// Ends `run`: no chore begins after this but those that must finish.
     public func stop() {
         let wake = self.state.withLock { state in
             state.stopped = true
-            state.pending = [:]
+            state.pending = state.pending.filter(\.value.mustFinish)
             return state.wake.take()
         }
         wake?.resume()

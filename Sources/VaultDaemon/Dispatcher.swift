@@ -47,12 +47,24 @@ public struct Dispatcher: RequestHandler {
         let named = Self.account(of: command)
         let admitted = named.flatMap(cache.policy(of:))
         let identity = admitted?.identity
-        switch Gate.admit(command, from: peer, through: self.grant, policy: { $0 == named ? admitted : cache.policy(of: $0) }) {
+        switch Gate.admit(
+            command,
+            from: peer,
+            through: self.grant,
+            uptime: self.clock.uptime(),
+            accounts: cache.accounts,
+            policy: { $0 == named ? admitted : cache.policy(of: $0) }
+        ) {
         case .success(let admitted):
             command = admitted
         case .failure(let error):
             if case .refreshToken(let account) = command {
                 self.logger.notice("refresh token withheld", metadata: peer.auditMetadata.merging(["account": "\(account)"]) { $1 })
+            }
+            if let grant = self.grant, grant.hasExpired(at: self.clock.uptime()) {
+                // Its chore runs on the wall clock, which may have been set back: end it now.
+                let shares = self.shares
+                self.broker.chores.soon { await shares.expire(grant.id) }
             }
             return .ready(Response(id: id, error: error))
         }
@@ -101,6 +113,7 @@ public struct Dispatcher: RequestHandler {
                     return .ready(Response(id: id, error: error))
                 }
             case .miss:
+                if let refused = self.shareMayNotRefresh(token) { return .ready(Response(id: id, error: refused)) }
                 return self.later(id) { () throws(VaultError) in try await self.releaseToken(token, peer, identity) }
             }
         case .token(let token):
@@ -117,12 +130,16 @@ public struct Dispatcher: RequestHandler {
                     return .ready(Response(id: id, error: error))
                 }
             case .miss:
+                if let refused = self.shareMayNotRefresh(token) { return .ready(Response(id: id, error: refused)) }
                 return self.later(id) { () throws(VaultError) in try await self.proveFresh(ask, peer, identity) }
             }
         case .dpopProof(let ask):
             return self.later(id) { () throws(VaultError) in try await self.proveFresh(ask, peer, identity) }
         case .dpopNonce(let account, let origin, let nonce):
-            guard cache.recordNonce(nonce, origin: origin, account: account, identity: identity) else {
+            if let grant = self.grant {
+                // The gate admitted the account shared; its nonce stays with the share.
+                grant.ledger.record(nonce, origin: origin, account: account)
+            } else if !cache.recordNonce(nonce, origin: origin, account: account, identity: identity) {
                 return .ready(Response(id: id, error: .unknownAccount(account)))
             }
             return .ready(Response(id: id, EmptyResult()))
@@ -188,6 +205,16 @@ public struct Dispatcher: RequestHandler {
         return result
     }
 
+    /// Why a share may not have the vault refresh `token`'s scope set (nil:
+    /// it may); asked only when no cached token serves it.
+    private func shareMayNotRefresh(_ token: TokenRequest) -> VaultError? {
+        guard let grant = self.grant, let scopes = token.scopes else { return nil }
+        guard grant.ledger.mayRefresh(account: token.account, key: TokenCache.key(scopes)) else {
+            return .tooManyShareScopeSets(token.account, ShareLedger.scopeSetsPerAccount)
+        }
+        return nil
+    }
+
     /// A token past its refresh-ahead point: its refresh starts in the background.
     private func refreshAhead(_ token: TokenRequest) {
         let broker = self.broker
@@ -207,12 +234,15 @@ public struct Dispatcher: RequestHandler {
         guard let key else { throw .notDPoPBound(account) }
         let cache = self.broker.cache
         let released = try Gate.release(result, of: account, through: self.grant, policy: cache.policy(of:)).get()
+        // A share's proofs carry only the nonces recorded through it; the user's, only the user's.
+        let nonce = self.grant.map { $0.ledger.nonce(account: account, origin: ask.target.origin) }
+            ?? cache.nonce(account: account, origin: ask.target.origin)
         let proof: String
         do {
             proof = try key.proof(
                 for: ask.target,
                 issuedAt: DPoPKey.issuedAt(self.clock.now()),
-                nonce: cache.nonce(account: account, origin: ask.target.origin),
+                nonce: nonce,
                 accessToken: released.accessToken
             )
         } catch {

@@ -1,3 +1,4 @@
+import Synchronization
 import VaultProtocol
 import VaultServer
 
@@ -20,6 +21,65 @@ public struct ShareGrant: Sendable {
     public let scopes: [String]?
     /// Whether the share makes DPoP proofs (`dpop.proof`, `dpop.nonce`).
     public let dpop: Bool
+    /// When the share ends, on the clock nobody can set (`WallClock.uptime`);
+    /// nil: at `share.close` or when vaultd stops.
+    public let deadline: Double?
+    /// What the share's clients changed, kept with the share.
+    let ledger = ShareLedger()
+
+    /// Whether the share is past its ttl at `uptime`.
+    func hasExpired(at uptime: Double) -> Bool {
+        self.deadline.map { uptime >= $0 } ?? false
+    }
+}
+
+/// What a share's clients may change in the vault, kept with the share and
+/// gone with it, so no share reaches what the user's own clients use: the
+/// resource servers' DPoP nonces they recorded (the user's proofs never
+/// carry them), and the scope sets they made the vault refresh for
+/// (bounded, so a share cannot spend the refresh token once per subset of
+/// its scopes).
+final class ShareLedger: Sendable {
+    private struct State {
+        /// By account, oldest first.
+        var nonces: [String: [(origin: String, nonce: String)]] = [:]
+        /// By account: the cache keys of the scope sets it asked for.
+        var scopeSets: [String: Set<String>] = [:]
+    }
+
+    /// Resource-server nonces a share keeps per account, as the user's own.
+    static let noncesPerAccount = TokenCache.noncesPerAccount
+    /// Scope sets a share may have the vault refresh for, per account.
+    static let scopeSetsPerAccount = 4
+
+    private let state = Mutex(State())
+
+    func record(_ nonce: String, origin: String, account: String) {
+        self.state.withLock { state in
+            var nonces = state.nonces[account] ?? []
+            nonces.removeAll { $0.origin == origin }
+            if nonces.count >= Self.noncesPerAccount { nonces.removeFirst() }
+            nonces.append((origin, nonce))
+            state.nonces[account] = nonces
+        }
+    }
+
+    func nonce(account: String, origin: String) -> String? {
+        self.state.withLock { $0.nonces[account]?.last { $0.origin == origin }?.nonce }
+    }
+
+    /// Whether a refresh of the scope set `key` for `account` may be asked
+    /// through this share: one of the first `scopeSetsPerAccount` it asked.
+    func mayRefresh(account: String, key: String) -> Bool {
+        self.state.withLock { state in
+            var sets = state.scopeSets[account] ?? []
+            if sets.contains(key) { return true }
+            guard sets.count < Self.scopeSetsPerAccount else { return false }
+            sets.insert(key)
+            state.scopeSets[account] = sets
+            return true
+        }
+    }
 }
 
 /// The one gate every way out of the vault passes through: the dispatcher
@@ -32,9 +92,11 @@ public struct ShareGrant: Sendable {
 /// a branch, so the cached-token path stays on the event loop.
 ///
 /// Every door:
-/// - `token`, `dpop.proof`, `dpop.nonce`, `claims` and `userinfo` of an
-///   account with `allowed_clients` only for a program on that list; `refresh_token` only where the account
-///   has `release_refresh_token` and the program is on its (non-empty) list.
+/// - `token`, `dpop.proof`, `dpop.nonce`, `claims`, `userinfo` and
+///   `subscribe` (to named accounts) of an account with `allowed_clients`
+///   only for a program on that list; `refresh_token` only where the
+///   account has `release_refresh_token` and the program is on its
+///   (non-empty) list.
 ///
 /// A share, besides:
 /// - only `hello`, `status`, `token` and `subscribe`, and `dpop.proof` and
@@ -51,7 +113,11 @@ public struct ShareGrant: Sendable {
 ///   is `forbidden`, whatever was asked (issuers may ignore `scope` on a
 ///   refresh, RFC 6749 §6);
 /// - `dpop.proof` by the same rules as `token`, for the token it pairs with;
-/// - `subscribe` to accounts outside the share is `forbidden`.
+/// - `subscribe` to accounts outside the share is `forbidden`;
+/// - nothing after its ttl, on the clock nobody can set;
+/// - `dpop.nonce` records for the share's own proofs only; the scope sets
+///   a share may have the vault refresh for are bounded (`ShareLedger`);
+/// - `status` shows its accounts and `locked`, nothing of the backend.
 enum Gate {
     /// What `command` from `peer` may be through the door `grant` (nil: the
     /// main socket). `policy` tells what is known of the account of a name now.
@@ -59,15 +125,27 @@ enum Gate {
         _ command: Command,
         from peer: Peer,
         through grant: ShareGrant?,
+        uptime: @autoclosure () -> Double,
+        accounts: @autoclosure () -> [String],
         policy: (String) -> AccountPolicy?
     ) -> Result<Command, VaultError> {
         if let grant {
+            // Every request, on the clock nobody can set: a share ends at its
+            // ttl whenever the chore that closes it runs.
+            guard !grant.hasExpired(at: uptime()) else { return .failure(.shareExpired) }
             switch Self.narrow(command, to: grant, policy: policy) {
             case .success(let narrowed):
                 return Self.callerMay(narrowed, peer, policy)
             case .failure(let error):
                 return .failure(error)
             }
+        }
+        if case .subscribe(nil) = command {
+            // Every account, as far as the caller may use them: those whose
+            // `allowed_clients` leave it out are not heard of.
+            let names = accounts()
+            let mayUse = names.filter { policy($0)?.allows(peer) ?? true }
+            if mayUse.count < names.count { return .success(.subscribe(accounts: mayUse.sorted())) }
         }
         return Self.callerMay(command, peer, policy)
     }
@@ -84,6 +162,12 @@ enum Gate {
         case .claims(let name), .userinfo(let name), .dpopNonce(let name, _, _):
             guard let account = policy(name), !account.allows(peer) else { return .success(command) }
             return .failure(.forbidden(name))
+        case .subscribe(let names?):
+            for name in names {
+                guard let account = policy(name), !account.allows(peer) else { continue }
+                return .failure(.forbidden(name))
+            }
+            return .success(command)
         case .refreshToken(let name):
             guard let account = policy(name) else { return .success(command) }
             guard account.releasesRefreshToken else { return .failure(.refreshTokenNotReleased(name)) }
@@ -162,13 +246,15 @@ enum Gate {
         return .success(result)
     }
 
-    /// The accounts of `status` a share may show: its own, while each is the account shared.
+    /// What of `status` a share may show: its own accounts, while each is
+    /// the account shared, and whether the vault is locked; nothing of where
+    /// or how the secrets rest.
     static func visible(_ status: StatusResult, through grant: ShareGrant, policy: (String) -> AccountPolicy?) -> StatusResult {
-        var status = status
-        status.accounts.removeAll { row in
+        var visible = StatusResult(backend: nil, locked: status.locked, keySource: nil, accounts: status.accounts)
+        visible.accounts.removeAll { row in
             guard let shared = grant.accounts[row.name] else { return true }
             return policy(row.name)?.identity != shared.identity
         }
-        return status
+        return visible
     }
 }

@@ -53,15 +53,19 @@ public actor Shares {
             granted[configuration.name] = ShareGrant.Account(identity: identity, scopes: request.scopes ?? configuration.scopes)
         }
         let accounts = granted.keys.sorted()
-        let grant = ShareGrant(id: id, accounts: granted, scopes: request.scopes, dpop: request.dpop)
+        // The deadline the gate checks on every request is on the clock
+        // nobody can set; `expires_at` is the same moment on the wall clock.
+        let clock = self.chores.clock
+        let now = clock.now()
+        let deadline = request.ttl.map { clock.uptime() + Double($0) }
+        let expiresAt = request.ttl.map { Seconds.int64(now) + Int64($0) }
+        let grant = ShareGrant(id: id, accounts: granted, scopes: request.scopes, dpop: request.dpop, deadline: deadline)
         let server: any ShareSocket
         do {
             server = try await self.listen(socket, grant, Self.maximumConnections)
         } catch {
             throw VaultError.shareNotOpened(error)
         }
-        let now = self.chores.clock.now()
-        let expiresAt = request.ttl.map { Seconds.int64(now) + Int64($0) }
         let expiry = request.ttl.map { ttl in
             self.chores.at(now + Double(ttl)) { await self.end(id, reason: "expired") }
         }
@@ -104,6 +108,11 @@ public actor Shares {
     func end(holding identity: String) async {
         let holding = self.entries.filter { $0.value.grant.accounts.values.contains { $0.identity == identity } }
         for id in holding.keys.sorted() { await self.end(id, reason: "an account it shares was removed") }
+    }
+
+    /// Ends the share `id`, which the gate found past its deadline.
+    func expire(_ id: String) async {
+        await self.end(id, reason: "expired")
     }
 
     /// Ends every share (vaultd is stopping).

@@ -14,12 +14,18 @@ public final class TokenCache: Sendable {
         var policy: AccountPolicy
         var defaultKey: String
         var tokens: [String: CachedToken] = [:]
+        /// Tokens a refresh replaced, which may still be in a client's hands
+        /// and live at the issuer: a sign-out revokes them too. The newest
+        /// `retiredPerAccount`, and only while they live.
+        var retired: [CachedToken] = []
         /// Resource servers' DPoP nonces, by origin, oldest first.
         var nonces: [(origin: String, nonce: String)] = []
     }
 
     /// The most resource-server nonces kept per account.
     static let noncesPerAccount = 64
+    /// The most replaced access tokens kept per account for a sign-out to revoke.
+    static let retiredPerAccount = 16
 
     public enum Lookup {
         /// A token to answer with, and the DPoP key it is bound to (nil: a
@@ -81,6 +87,11 @@ public final class TokenCache: Sendable {
         self.state.withLock { $0[account]?.policy }
     }
 
+    /// The names of every account now.
+    public var accounts: [String] {
+        self.state.withLock { Array($0.keys) }
+    }
+
     /// The identity of the account of that name now; nil when there is none.
     public func identity(of account: String) -> String? {
         self.policy(of: account)?.identity
@@ -88,9 +99,16 @@ public final class TokenCache: Sendable {
 
     func store(_ token: CachedToken, account: String, key: String) {
         self.state.withLock { entries in
-            guard let entry = entries[account] else { return }
+            guard var entry = entries[account] else { return }
             // The default scope set's key is the entry's own: one copy, not two.
-            entries[account]?.tokens[key == entry.defaultKey ? entry.defaultKey : key] = token
+            let key = key == entry.defaultKey ? entry.defaultKey : key
+            if let replaced = entry.tokens[key] {
+                entry.retired.removeAll { $0.expiresAt <= token.issuedAt }
+                if entry.retired.count >= Self.retiredPerAccount { entry.retired.removeFirst() }
+                entry.retired.append(replaced)
+            }
+            entry.tokens[key] = token
+            entries[account] = entry
         }
     }
 
@@ -112,8 +130,23 @@ public final class TokenCache: Sendable {
         self.state.withLock { entries in entries[account]?.nonces.last { $0.origin == origin }?.nonce }
     }
 
+    /// The access tokens cached for `account` that live past `now`, newest
+    /// first: what a sign-out revokes at the issuer.
+    func liveTokens(account: String, now: Double) -> [SecretBytes] {
+        self.state.withLock { entries in
+            guard let entry = entries[account] else { return [] }
+            return (Array(entry.tokens.values) + entry.retired)
+                .filter { $0.expiresAt > now }
+                .sorted { $0.expiresAt > $1.expiresAt }
+                .map(\.accessToken)
+        }
+    }
+
     func clearTokens(account: String) {
-        self.state.withLock { $0[account]?.tokens = [:] }
+        self.state.withLock { entries in
+            entries[account]?.tokens = [:]
+            entries[account]?.retired = []
+        }
     }
 
     func remove(account: String) {
@@ -152,6 +185,7 @@ public struct AccountPolicy: Sendable {
 /// the one from which a caller's use of it starts a refresh in the background.
 struct CachedToken: Sendable {
     var accessToken: SecretBytes
+    var issuedAt: Double
     var expiresAt: Double
     var refreshAt: Double
     var refreshAheadClaimed = false
@@ -165,6 +199,7 @@ struct CachedToken: Sendable {
     init(accessToken: SecretBytes, issuedAt: Double, lifetime: Int, scope: String, refreshAhead: Int, dpop: DPoPKey? = nil) {
         let lifetime = Double(min(max(lifetime, 0), Seconds.maximumLifetime))
         self.accessToken = accessToken
+        self.issuedAt = issuedAt
         self.expiresAt = issuedAt + lifetime
         self.refreshAt = issuedAt + lifetime * Double(min(max(refreshAhead, 1), 100)) / 100
         self.scope = scope

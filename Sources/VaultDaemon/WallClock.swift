@@ -8,6 +8,15 @@ public protocol WallClock: Sendable {
     /// Returns once `now()` has reached `deadline`; throws when the task is
     /// cancelled first.
     func sleep(until deadline: Double) async throws
+    /// Seconds on a clock nobody can set (the time since boot, suspend
+    /// included): for a deadline that a stepped wall clock must not move,
+    /// such as a share's end.
+    func uptime() -> Double
+}
+
+extension WallClock {
+    /// A clock that is never stepped keeps one time.
+    public func uptime() -> Double { self.now() }
 }
 
 /// The system's real-time clock.
@@ -17,6 +26,12 @@ public struct SystemClock: WallClock {
     public func now() -> Double {
         var spec = timespec()
         clock_gettime(CLOCK_REALTIME, &spec)
+        return Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
+    }
+
+    public func uptime() -> Double {
+        var spec = timespec()
+        clock_gettime(CLOCK_BOOTTIME, &spec)
         return Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
     }
 

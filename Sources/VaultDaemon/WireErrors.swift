@@ -77,6 +77,15 @@ extension VaultError {
         "a shared socket cannot force a refresh; ask again without force_refresh (the vault refreshes before a token expires)"
     )
 
+    static let shareExpired = VaultError(.forbidden, "this share has expired; the user can open another with: vaultctl share")
+
+    static func tooManyShareScopeSets(_ name: String, _ maximum: Int) -> VaultError {
+        VaultError(
+            .forbidden,
+            "this share has asked '\(name)' for \(maximum) scope sets already, each a refresh at the issuer; ask for one of those, or for none (all the share's scopes)"
+        )
+    }
+
     static func beyondShareScopes(_ granted: [String]) -> VaultError {
         VaultError(.forbidden, "this share serves only the scopes \(granted.joined(separator: " "))")
     }

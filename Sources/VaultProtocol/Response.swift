@@ -59,7 +59,8 @@ public struct HelloResult: ResultPayload, Equatable {
 
 /// `status`.
 public struct StatusResult: ResultPayload, Equatable {
-    public var backend: Backend
+    /// Where the secrets rest; nil through a share, which is not told.
+    public var backend: Backend?
     /// Why that backend: what `auto` found, or that it was asked for.
     public var backendReason: String?
     public var locked: Bool
@@ -70,7 +71,7 @@ public struct StatusResult: ResultPayload, Equatable {
     public var storageError: String?
 
     public init(
-        backend: Backend,
+        backend: Backend?,
         backendReason: String? = nil,
         locked: Bool,
         keySource: String?,

@@ -14,18 +14,42 @@ public struct SignOutReceipt: Codable, Sendable, Equatable {
     public var wiped: [SecretPlace]
     /// Where to end the browser session the issuer may still hold.
     public var endSessionURL: String?
+    /// The access tokens the vault had handed out and that were still live,
+    /// revoked at the issuer; the rest (no revocation endpoint, a failure)
+    /// are named in `reason`.
+    public var accessTokensRevoked: Int
 
-    public init(name: String, revoked: Revocation, reason: String? = nil, wiped: [SecretPlace], endSessionURL: String? = nil) {
+    public init(
+        name: String,
+        revoked: Revocation,
+        reason: String? = nil,
+        wiped: [SecretPlace],
+        endSessionURL: String? = nil,
+        accessTokensRevoked: Int = 0
+    ) {
         self.name = name
         self.revoked = revoked
         self.reason = reason
         self.wiped = wiped
         self.endSessionURL = endSessionURL
+        self.accessTokensRevoked = accessTokensRevoked
     }
 
     enum CodingKeys: String, CodingKey {
         case name, revoked, reason, wiped
         case endSessionURL = "end_session_url"
+        case accessTokensRevoked = "access_tokens_revoked"
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        self.name = try c.decode(String.self, forKey: .name)
+        self.revoked = try c.decode(Revocation.self, forKey: .revoked)
+        self.reason = try c.decodeIfPresent(String.self, forKey: .reason)
+        self.wiped = try c.decode([SecretPlace].self, forKey: .wiped)
+        self.endSessionURL = try c.decodeIfPresent(String.self, forKey: .endSessionURL)
+        // A vaultd from before access tokens were revoked says nothing of them.
+        self.accessTokensRevoked = try c.decodeIfPresent(Int.self, forKey: .accessTokensRevoked) ?? 0
     }
 }
 

@@ -48,6 +48,11 @@ struct SignOut: ParsableCommand {
             if result.accounts.isEmpty { Output.line("no accounts to sign out of") }
             for receipt in result.accounts {
                 Output.line("signed out of \(receipt.name): \(Self.revocation(receipt)); wiped from \(receipt.wiped.map(\.rawValue).joined(separator: ", "))")
+                switch receipt.accessTokensRevoked {
+                case 0: break
+                case 1: Output.line("  the access token handed out was revoked too")
+                case let count: Output.line("  the \(count) access tokens handed out were revoked too")
+                }
                 if let url = receipt.endSessionURL { self.endSession(url) }
             }
             let programs = result.notified == 1 ? "1 subscribed program was" : "\(result.notified) subscribed programs were"

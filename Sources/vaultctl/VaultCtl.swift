@@ -160,7 +160,9 @@ struct Status: ParsableCommand {
             if self.connection.json { return self.connection.printJSON(reply) }
             let status = try Output.field(StatusResult.self, of: reply)
             let key = status.backend == .file ? status.keySource.map { ", key from \($0)" } ?? "" : ""
-            Output.line("vault: \(status.locked ? "locked" : "unlocked") (\(status.backend.rawValue) backend\(key))")
+            // A share says nothing of where the secrets rest.
+            let backend = status.backend.map { " (\($0.rawValue) backend\(key))" } ?? " (through a share)"
+            Output.line("vault: \(status.locked ? "locked" : "unlocked")\(backend)")
             if let reason = status.backendReason { Output.line("  \(reason)") }
             if let failure = status.storageError { Output.line("  cannot write the vault: \(failure)") }
             if status.accounts.isEmpty {

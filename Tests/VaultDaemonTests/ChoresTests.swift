@@ -74,4 +74,37 @@ struct ChoresTests {
         await running.task.value
         #expect(cancelled.value.withLock { $0 }, "the chore under way was cancelled, and run waited for it")
     }
+
+    /// A revocation of a token the vault threw away is not lost at the stop:
+    /// one not yet begun begins then, and one under way is not cancelled.
+    @Test func choresThatMustFinishOutliveTheStop() async throws {
+        let clock = ManualClock(1_000)
+        let chores = Chores(clock: clock)
+        let done = Shared<[String]>([])
+        let began = Shared(false)
+        let release = Shared<CheckedContinuation<Void, Never>?>(nil)
+        chores.finish {
+            began.value.withLock { $0 = true }
+            await withCheckedContinuation { continuation in release.value.withLock { $0 = continuation } }
+            done.value.withLock { $0.append("under way") }
+        }
+        let task = Task { await chores.run() }
+        try await eventually { release.value.withLock { $0 != nil } }
+        // Asked for as the daemon stops: begun at the latest then.
+        chores.finish { done.value.withLock { $0.append("not begun") } }
+        chores.at(2_000) { done.value.withLock { $0.append("dropped") } }
+        chores.stop()
+        #expect(began.value.withLock { $0 })
+        release.value.withLock { $0.take() }?.resume()
+        await task.value
+        #expect(done.value.withLock { Set($0) } == ["under way", "not begun"])
+    }
+
+    /// After the stop nothing runs a chore, one that must finish included, and none is kept.
+    @Test func aChoreAskedForAfterTheStopIsNotKept() async throws {
+        let chores = Chores(clock: ManualClock(1_000))
+        chores.stop()
+        chores.finish {}
+        #expect(chores.pending == 0)
+    }
 }

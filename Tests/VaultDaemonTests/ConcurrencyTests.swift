@@ -107,6 +107,28 @@ struct ConcurrencyTests {
         }
     }
 
+    /// `lock` while a refresh is at the issuer: the rotation that comes back
+    /// is sealed before the key goes, so `unlock` reads the live refresh
+    /// token, not the one the issuer has spent (which an issuer that detects
+    /// reuse answers by revoking the whole chain).
+    @Test func aLockDuringARefreshKeepsTheRotation() async throws {
+        try await using(self.setUp()) { setup in
+            _ = try await setup.token()
+            setup.issuer.setTokenBehaviour(.gate)
+            let refresh = Task { try await setup.token(force: true) }
+            try await eventually { setup.issuer.heldRequestCount == 1 }
+            let lock = Task { await setup.broker.lock() }
+            try await eventually { await setup.broker.status().locked }
+            #expect(await setup.tokenError(scopes: ["openid"]) == .locked, "no refresh starts while the lock waits")
+            setup.issuer.openGate()
+            await lock.value
+            _ = try? await refresh.value
+            try await setup.broker.unlock(passphrase: nil)
+            #expect(try await setup.token(force: true).accessToken.unsafeString().hasPrefix("at-"), "the session is intact")
+            #expect(setup.issuer.reusedRefreshTokens == 0)
+        }
+    }
+
     @Test func aRefreshWhoseCallerIsGoneStillStoresItsRotatedToken() async throws {
         try await using(self.setUp()) { setup in
             setup.issuer.setTokenBehaviour(.gate)
@@ -137,9 +159,9 @@ struct ConcurrencyTests {
             _ = try await signOut.value
             await #expect(throws: VaultError.self) { try await refresh.value }
             #expect(await setup.tokenError() == .notSignedIn)
-            // Revoked: the token the issuer rotated meanwhile, and the one the sign-out held;
-            // the issuer never saw a token presented after its revocation.
-            try await eventually { setup.issuer.revocationCount == 2 }
+            // Revoked: the token the issuer rotated meanwhile with the access token it came with,
+            // and the one the sign-out held; the issuer never saw a token presented after its revocation.
+            try await eventually { setup.issuer.revocationCount == 3 }
             #expect(setup.issuer.reusedRefreshTokens == 0)
             #expect(try await setup.restartedStatus(folder: setup.vault.folder)?.signedIn == false)
         }
@@ -158,8 +180,9 @@ struct ConcurrencyTests {
             await #expect(throws: VaultError.self) { try await refresh.value }
             #expect(await setup.tokenError() == .notSignedIn)
             #expect(try await setup.store.load("work") == nil)
-            // Revoked: the rotated token by the sign-out (memory held it), and again when the refresh discarded it.
-            try await eventually { setup.issuer.revocationCount == 2 }
+            // Revoked: the rotated token by the sign-out (memory held it), and again when the
+            // refresh discarded it, with the access token that came with it.
+            try await eventually { setup.issuer.revocationCount == 3 }
             #expect(try await setup.restartedStatus(folder: setup.vault.folder)?.signedIn == false)
         }
     }

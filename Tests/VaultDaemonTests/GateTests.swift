@@ -14,8 +14,79 @@ struct GateTests {
     typealias Setup = IssuerAndVault
 
     /// Two accounts, `work` and `home`, and a private folder for share sockets: ShareTests' set-up.
-    func setUp() async throws -> Setup {
-        try await ShareTests().setUp()
+    func setUp(clock: any WallClock = SystemClock()) async throws -> Setup {
+        try await ShareTests().setUp(clock: clock)
+    }
+
+    /// A share's ttl is a deadline on the clock nobody sets: a wall clock
+    /// set back an hour does not keep it serving.
+    @Test func aShareEndsAtItsTTLWhenTheWallClockIsSetBack() async throws {
+        let clock = ManualClock()
+        try await using(self.setUp(clock: clock)) { setup in
+            let path = setup.folder + "/share/s.sock"
+            _ = try await setup.share(["work", "--socket", path, "--ttl", "60"])
+            let client = try LineClient(path: path)
+            #expect(await client.call(#"{"id":1,"op":"token","account":"work"}"#)?["ok"] as? Bool == true)
+            clock.step(by: -3600)
+            clock.advance(by: 61)
+            let late = try #require(await client.call(#"{"id":2,"op":"token","account":"work"}"#))
+            #expect(late.errorCode == "forbidden", "\(late)")
+            #expect(await client.readLine() == nil, "the share ended, and its connections with it")
+            #expect(!FileManager.default.fileExists(atPath: path))
+        }
+    }
+
+    /// Each scope set is its own refresh: a share may cause refreshes for
+    /// a few of them, not for every subset of its scopes.
+    @Test func aShareRefreshesForABoundedNumberOfScopeSets() async throws {
+        try await using(self.setUp()) { setup in
+            let path = setup.folder + "/share/s.sock"
+            _ = try await setup.share(["work", "--socket", path])
+            let client = try LineClient(path: path)
+            let subsets = ["openid", "profile", "offline_access", "openid profile", "openid offline_access", "profile offline_access"]
+            var refused: [String] = []
+            for (id, scope) in subsets.enumerated() {
+                let reply = try #require(await client.call(#"{"id":\#(id),"op":"token","account":"work","scope":"\#(scope)"}"#))
+                if reply.errorCode != nil { refused.append(scope) }
+            }
+            #expect(refused == ["openid offline_access", "profile offline_access"], "\(refused)")
+            #expect(setup.issuer.refreshCount == 4)
+            // Those it asked before are still served; the user's own socket is not bounded.
+            #expect(await client.call(#"{"id":9,"op":"token","account":"work","scope":"openid"}"#)?["ok"] as? Bool == true)
+            _ = try await setup.vault.broker.token(TokenRequest(account: "work", scopes: ["profile", "offline_access"]), for: testPeer)
+        }
+    }
+
+    /// An issuer that leaves `scope` out may have ignored the narrowed ask:
+    /// a share of fewer scopes than the account's cannot tell, and serves nothing.
+    @Test func aShareWithholdsATokenWhoseScopeTheIssuerDidNotSay() async throws {
+        try await using(self.setUp()) { setup in
+            let path = setup.folder + "/share/s.sock"
+            _ = try await setup.share(["work", "--socket", path, "--scope", "openid"])
+            setup.issuer.setAnsweredScopeJSON("")
+            let client = try LineClient(path: path)
+            let unsaid = try #require(await client.call(#"{"id":1,"op":"token","account":"work"}"#))
+            #expect(unsaid.errorCode == "forbidden", "\(unsaid)")
+            // A share of the whole grant can tell.
+            let whole = setup.folder + "/share/w.sock"
+            _ = try await setup.share(["work", "--socket", whole])
+            #expect(try await LineClient(path: whole).call(#"{"id":2,"op":"token","account":"work"}"#)?["ok"] as? Bool == true)
+        }
+    }
+
+    /// A share's `status` tells a share client what it needs: its accounts
+    /// and whether the vault is locked, nothing of where the secrets rest.
+    @Test func aSharesStatusSaysNothingOfTheBackend() async throws {
+        try await using(self.setUp()) { setup in
+            let path = setup.folder + "/share/s.sock"
+            _ = try await setup.share(["work", "--socket", path])
+            let status = try #require(await LineClient(path: path).call(#"{"id":1,"op":"status"}"#))
+            #expect(status["ok"] as? Bool == true && status["locked"] as? Bool == false, "\(status)")
+            for field in ["backend", "backend_reason", "key_source", "storage_error"] {
+                #expect(status[field] == nil, "\(field): \(status)")
+            }
+            #expect((status["accounts"] as? [[String: Any]])?.map { $0["name"] as? String } == ["work"])
+        }
     }
 
     func readd(_ setup: Setup) async throws {

@@ -31,7 +31,7 @@ struct GlewlwydDPoPTests {
         }
 
         func refresh(_ token: SecretBytes, with key: DPoPKey?) async throws -> TokenResponse {
-            try await self.oidc.refresh(token, scope: nil, client: try self.client(key), metadata: self.metadata)
+            try await self.oidc.refresh(token, scope: nil, client: try self.client(key), metadata: self.metadata).served()
         }
     }
 
@@ -52,13 +52,17 @@ struct GlewlwydDPoPTests {
     }
 
     static func boundThumbprint(_ token: String) throws -> String? {
-        let parts = token.split(separator: ".")
+        (try Self.claims(of: token)["cnf"] as? [String: Any])?["jkt"] as? String
+    }
+
+    /// The payload of a JWT (an access token, a DPoP proof), unverified.
+    static func claims(of jwt: String) throws -> [String: Any] {
+        let parts = jwt.split(separator: ".")
         try #require(parts.count == 3)
         var base64 = parts[1].map { $0 == "-" ? "+" : $0 == "_" ? "/" : String($0) }.joined()
         while base64.count % 4 != 0 { base64 += "=" }
         let payload = try #require(Data(base64Encoded: base64))
-        let claims = try #require(try JSONSerialization.jsonObject(with: payload) as? [String: Any])
-        return (claims["cnf"] as? [String: Any])?["jkt"] as? String
+        return try #require(try JSONSerialization.jsonObject(with: payload) as? [String: Any])
     }
 
     @Test(arguments: ["EdDSA", "ES256"])
@@ -130,9 +134,9 @@ struct GlewlwydDPoPTests {
             #expect(tokens.tokenType == "DPoP")
             let refreshToken = try #require(tokens.refreshToken)
             await #expect(throws: ProviderError.self, "a public client's refresh without a proof") {
-                try await setup.oidc.refresh(refreshToken, scope: nil, client: client(nil), metadata: setup.metadata)
+                try await setup.oidc.refresh(refreshToken, scope: nil, client: client(nil), metadata: setup.metadata).served()
             }
-            let refreshed = try await setup.oidc.refresh(refreshToken, scope: nil, client: client(setup.key), metadata: setup.metadata)
+            let refreshed = try await setup.oidc.refresh(refreshToken, scope: nil, client: client(setup.key), metadata: setup.metadata).served()
             #expect(refreshed.tokenType == "DPoP")
         }
     }

@@ -98,12 +98,27 @@ struct GlewlwydDPoPVaultTests {
                     #expect(proof.errorCode == expected, "\(socket): \(proof)")
                     if expected == nil {
                         #expect((proof["authorization"] as? String)?.hasPrefix("DPoP ") == true && proof["dpop"] is String, "\(proof)")
+                        // A nonce recorded through the share is the share's: the user's own proofs never carry it.
+                        let recorded = try #require(await shared.call(#"{"op":"dpop.nonce","account":"work","origin":"https://rs.example","nonce":"share-nonce"}"#))
+                        #expect(recorded["ok"] as? Bool == true, "\(recorded)")
+                        let ask = #"{"op":"dpop.proof","account":"work","htm":"GET","htu":"https://rs.example/items"}"#
+                        let theirs = try #require(await shared.call(ask)?["dpop"] as? String)
+                        #expect(try GlewlwydDPoPTests.claims(of: theirs)["nonce"] as? String == "share-nonce")
+                        let own = try #require(await client.call(ask)?["dpop"] as? String)
+                        #expect(try GlewlwydDPoPTests.claims(of: own)["nonce"] == nil, "the share's nonce reached the user's proof")
                     }
                 }
 
-                // Sign-out: revoked at the issuer, and the key goes with the refresh token.
+                // Sign-out reaches the issuer's copies: a request made ready before it, sent after, is refused.
+                let late = vault.folder + "/late-headers"
+                let ready = try await self.shell(#"vaultctl dpop work GET "$URL" > "$F""#, vault.socketPath, ["URL": userinfo, "F": late])
+                #expect(ready.status == 0, "\(ready.stderr)")
                 let out = try #require(await client.call(#"{"op":"signout","account":"work"}"#))
-                #expect((out["accounts"] as? [[String: Any]])?.first?["revoked"] as? String == "yes", "\(out)")
+                let receipt = try #require((out["accounts"] as? [[String: Any]])?.first)
+                #expect(receipt["revoked"] as? String == "yes", "\(out)")
+                #expect((receipt["access_tokens_revoked"] as? Int ?? 0) >= 1, "\(out)")
+                let afterSignOut = try await self.shell(#"curl -sS -o /dev/null -w '%{http_code}' -H @"$F" "$URL""#, vault.socketPath, ["URL": userinfo, "F": late])
+                #expect(afterSignOut.stdout == "401", "the access token handed out still opens userinfo: \(afterSignOut.stdout)")
                 let signedOut = try #require(await client.call(#"{"op":"status"}"#))
                 #expect((signedOut["accounts"] as? [[String: Any]])?.first?["dpop_jkt"] is NSNull, "\(signedOut)")
                 let none = try #require(await client.call(#"{"op":"dpop.proof","account":"work","htm":"GET","htu":"\#(userinfo)"}"#))

@@ -37,6 +37,14 @@ struct HostileIssuerTests {
         Fault(name: "sends a DPoP token for a request without a proof", code: .idpError) {
             $0.setTokenBehaviour(.status(200, body: #"{"access_token":"at","token_type":"DPoP","expires_in":60}"#))
         },
+        // An access token goes into headers, SASL strings and environments: visible ASCII without space, or nothing.
+        Fault(name: "sends an access token with CR/LF", code: .idpError) { $0.setAnsweredAccessTokenJSON(#""at\r\nX-Injected: 1""#) },
+        Fault(name: "sends an access token with ^A", code: .idpError) { $0.setAnsweredAccessTokenJSON(#""at\u0001auth=x""#) },
+        Fault(name: "sends an access token with a space", code: .idpError) { $0.setAnsweredAccessTokenJSON(#""at x""#) },
+        Fault(name: "sends an access token with non-ASCII text", code: .idpError) { $0.setAnsweredAccessTokenJSON(#""at\u00e9""#) },
+        // The "wider than granted" check of a share reads `scope`: it is a string or the answer is refused.
+        Fault(name: "answers scope as a list", code: .idpError) { $0.setAnsweredScopeJSON(#"["openid","admin"]"#) },
+        Fault(name: "answers scope as null", code: .idpError) { $0.setAnsweredScopeJSON("null") },
         Fault(name: "signs the ID token with an unknown key", code: .idpError) { $0.setIDTokenOverrides(signWithUnknownKey: true) },
         Fault(name: "names another iss in the ID token", code: .idpError) {
             $0.setIDTokenOverrides(issuer: "https://evil.example")
@@ -67,8 +75,13 @@ struct HostileIssuerTests {
                 #expect(try await vault.workToken().accessToken == first.accessToken, "the cached token keeps serving")
             }
 
+            if fault.code == .idpError, fault.name.contains("access token") || fault.name.contains("scope") {
+                #expect(error.error == "untrusted_response", "\(error.message)")
+            }
             issuer.setTokenBehaviour(.normal)
             issuer.setIDTokenOverrides()
+            issuer.setAnsweredAccessTokenJSON(nil)
+            issuer.setAnsweredScopeJSON(nil)
             // ID tokens are signed on the real clock; keep them current for the moved one.
             issuer.setAccessTokenLifetime(1000)
             clock.advance(by: 120)  // past any backoff or Retry-After
@@ -93,6 +106,38 @@ struct HostileIssuerTests {
             #expect(issuer.refreshCount == 0, "no refresh token went to an endpoint it pointed at")
             issuer.setDiscoveryOverrides()
             _ = try await vault.workToken()
+        }
+    }
+
+    /// An answer refused for its access token still carried the rotated
+    /// refresh token, which replaced the spent one: it is kept, and the next
+    /// refresh presents it (an issuer that detects reuse would otherwise
+    /// revoke the whole chain).
+    @Test func aRefusedAnswerKeepsItsRotation() async throws {
+        try await using(TestIssuer.start(accessTokenLifetime: 100, rotateRefreshTokens: true), InProcessVault.start()) { issuer, vault in
+            try await self.addAccount(vault, issuer)
+            let first = try await vault.workToken()
+            issuer.setAnsweredAccessTokenJSON(#""at\r\nX-Injected: 1""#)
+            let error = try #require(await vault.workTokenFailure(force: true))
+            #expect(error.code == .idpError && error.error == "untrusted_response", "\(error.message)")
+            #expect(try await vault.workToken().accessToken == first.accessToken, "the cached token keeps serving")
+            issuer.setAnsweredAccessTokenJSON(nil)
+            let healed = try await vault.workToken(force: true)
+            #expect(healed.accessToken != first.accessToken)
+            #expect(issuer.reusedRefreshTokens == 0, "the spent refresh token was presented again")
+        }
+    }
+
+    /// No `scope`, or `""`: the issuer granted what was asked (RFC 6749
+    /// §5.1), but it may have ignored a narrowed ask; the token is taken to
+    /// carry the account's whole grant.
+    @Test(arguments: ["", #""""#])
+    func anUnsaidScopeIsTheWholeGrant(scope: String) async throws {
+        try await using(TestIssuer.start(), InProcessVault.start()) { issuer, vault in
+            try await self.addAccount(vault, issuer)
+            issuer.setAnsweredScopeJSON(scope)
+            let narrow = try await vault.broker.token(TokenRequest(account: "work", scopes: ["openid"]), for: testPeer)
+            #expect(narrow.scope == "openid offline_access")
         }
     }
 

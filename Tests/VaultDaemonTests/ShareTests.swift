@@ -14,9 +14,9 @@ import VaultTestKit
 struct ShareTests {
     typealias Setup = IssuerAndVault
 
-    func setUp() async throws -> Setup {
+    func setUp(clock: any WallClock = SystemClock()) async throws -> Setup {
         let issuer = try await TestIssuer.start()
-        let vault = try await InProcessVault.start()
+        let vault = try await InProcessVault.start(clock: clock)
         for name in ["work", "home"] {
             _ = try await vault.broker.add(
                 AccountAddition(

@@ -14,7 +14,8 @@ struct SignOutTests {
     static let scopes = #"["openid","offline_access","profile","email"]"#
 
     @Test func signOutAtGlewlwydRevokesWipesAndTellsSubscribers() async throws {
-        try await Glewlwyd.with { provider in
+        // Access tokens that outlive the test: one dead after sign-out was revoked, not expired.
+        try await Glewlwyd.with(accessTokenSeconds: 600) { provider in
             let secret = try #require(provider.env["GLEWLWYD_CONFIDENTIAL_CLIENT_SECRET"])
             try await withVault { vault in
                 let client = try LineClient(path: vault.socketPath)
@@ -25,12 +26,26 @@ struct SignOutTests {
                 let store = try SealedFileStore(path: vault.vaultFile, keySource: .keyFile(vault.keyFile))
                 let refreshToken = try #require(try await store.load("work")?.refreshToken).unsafeString()
 
+                // Two access tokens handed out: the cached one, and the one a forced refresh replaced.
+                let first = try #require(await client.call(#"{"id":"t1","op":"token","account":"work"}"#)?["access_token"] as? String)
+                let second = try #require(await client.call(#"{"id":"t2","op":"token","account":"work","force_refresh":true}"#)?["access_token"] as? String)
+                #expect(first != second)
+
                 let subscriber = try LineClient(path: vault.socketPath)
                 #expect(await subscriber.call(#"{"id":"sub","op":"subscribe"}"#)?["ok"] as? Bool == true)
                 let reply = try #require(await client.call(#"{"id":2,"op":"signout","account":"work"}"#))
                 #expect(reply["ok"] as? Bool == true, "\(reply)")
                 let receipt = try #require((reply["accounts"] as? [[String: Any]])?.first)
                 #expect(receipt["revoked"] as? String == "yes", "\(receipt)")
+                #expect(receipt["access_tokens_revoked"] as? Int == 2, "\(receipt)")
+                for accessToken in [first, second] {
+                    let seen = try await runTool(
+                        packageRoot + "/demo/glewlwyd/introspect.py",
+                        ["--issuer", provider.issuer, "--client-id", "confidential-app", "--client-secret", secret, "--hint", "access_token"],
+                        input: accessToken
+                    )
+                    #expect(seen.stdout.contains(#""active": false"#), "an access token handed out lives on at the issuer: \(seen.stdout)")
+                }
                 #expect(receipt["wiped"] as? [String] == ["memory", "file"])
                 #expect((receipt["end_session_url"] as? String)?.contains("id_token_hint=") == true)
                 #expect(reply["notified"] as? Int == 1)
@@ -72,6 +87,27 @@ struct SignOutTests {
         }
     }
 
+    /// "Every copy" reaches the issuer's: each access token handed out and
+    /// still live is revoked with the refresh token, and the receipt counts them.
+    @Test func signOutRevokesTheAccessTokensHandedOut() async throws {
+        try await using(TestIssuer.start()) { issuer in
+            try await self.withSignedInVault(with: issuer) { vault, client in
+                var handedOut: [String] = []
+                for (id, ask) in [("a", ""), ("b", #","force_refresh":true"#), ("c", #","scope":"openid""#)] {
+                    let token = try #require(await client.call(#"{"id":"\#(id)","op":"token","account":"work"\#(ask)}"#))
+                    handedOut.append(try #require(token["access_token"] as? String, "\(token)"))
+                }
+                #expect(handedOut.allSatisfy(issuer.isAccessTokenActive))
+                let reply = try #require(await client.call(#"{"id":1,"op":"signout","account":"work"}"#))
+                let receipt = try #require((reply["accounts"] as? [[String: Any]])?.first)
+                #expect(receipt["revoked"] as? String == "yes", "\(reply)")
+                // The first is the cached one, which the forced refresh replaced: three in all.
+                #expect(receipt["access_tokens_revoked"] as? Int == 3, "\(reply)")
+                #expect(!handedOut.contains(where: issuer.isAccessTokenActive), "an access token handed out lives on at the issuer")
+            }
+        }
+    }
+
     @Test func anIssuerThatIsDownStillLeavesNothingLocally() async throws {
         let issuer = try await TestIssuer.start()
         try await self.withSignedInVault(with: issuer) { vault, client in
@@ -92,7 +128,7 @@ struct SignOutTests {
             try await self.withSignedInVault(with: issuer) { vault, client in
                 let removed = try #require(await client.call(#"{"id":1,"op":"account.remove","name":"work"}"#))
                 #expect(removed["revoked"] as? String == "yes", "\(removed)")
-                #expect(issuer.revocationCount == 1)
+                #expect(issuer.revocationCount == 2, "the refresh token and the access token handed out")
                 let status = try #require(await client.call(#"{"id":2,"op":"status"}"#))
                 #expect((status["accounts"] as? [Any])?.isEmpty == true)
             }

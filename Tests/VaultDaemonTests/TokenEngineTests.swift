@@ -285,6 +285,27 @@ struct TokenEngineTests {
         }
     }
 
+    /// A program outside `allowed_clients` hears nothing of the account:
+    /// naming it in `subscribe` is forbidden, and subscribing to every
+    /// account leaves it out.
+    @Test func subscribeObeysAllowedClients() async throws {
+        try await using(self.setUp(allowedClients: ["/usr/bin/only-this"])) { setup in
+            let dispatcher = setup.vault.dispatcher
+            #expect(await dispatcher.refusal(.subscribe(accounts: ["work"]), from: testPeer)?.code == .forbidden)
+            guard case .subscribe(_, let all) = dispatcher.handle(Request(id: .number(1), command: .subscribe(accounts: nil)), from: testPeer) else {
+                Issue.record("subscribe is not a subscription")
+                return
+            }
+            #expect(all == [])
+            let allowed = Peer(pid: testPeer.pid, uid: testPeer.uid, gid: testPeer.gid, executable: "/usr/bin/only-this")
+            guard case .subscribe(_, let heard) = dispatcher.handle(Request(id: .number(2), command: .subscribe(accounts: nil)), from: allowed) else {
+                Issue.record("subscribe is not a subscription")
+                return
+            }
+            #expect(heard == nil, "a program the account allows hears every account, those added later too")
+        }
+    }
+
     @Test func unknownAndUnsignedAccounts() async throws {
         try await using(self.setUp()) { setup in
             await #expect(throws: VaultError.self) {

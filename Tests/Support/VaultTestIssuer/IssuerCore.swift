@@ -153,6 +153,10 @@ struct IssuerState: Sendable {
     var unsignedIDTokens = false
     /// Token answers from now on carry this `scope`, whatever was granted or asked.
     var answeredScopeOverride: String?
+    /// JSON text sent as every token answer's `scope` (a list, `null`, `""`); "" leaves it out.
+    var answeredScopeJSON: String?
+    /// JSON text sent as every token answer's `access_token`, which is still recorded as issued.
+    var answeredAccessTokenJSON: String?
     var behaviour: TokenBehaviour = .normal
     /// Per-path answers that replace the normal one (``EndpointFault``).
     var faults: [String: EndpointFault] = [:]
@@ -577,7 +581,7 @@ final class IssuerCore: Sendable {
             s.issuedAccessTokens += 1
 
             var fields: [(String, JSONValue)] = [
-                ("access_token", .string(accessToken)),
+                ("access_token", s.answeredAccessTokenJSON.map { .raw($0) } ?? .string(accessToken)),
                 ("token_type", .string(s.tokenTypeSpelling)),
             ]
             if s.includeExpiresIn { fields.append(("expires_in", s.expiresInOverride.map { .raw($0) } ?? .int(lifetime))) }
@@ -589,7 +593,11 @@ final class IssuerCore: Sendable {
                 s.refreshTokens[next] = successor
                 fields.append(("refresh_token", .string(next)))
             }
-            fields.append(("scope", .string(s.answeredScopeOverride ?? scope.joined(separator: " "))))
+            switch s.answeredScopeJSON {
+            case "": break
+            case let raw?: fields.append(("scope", .raw(raw)))
+            case nil: fields.append(("scope", .string(s.answeredScopeOverride ?? scope.joined(separator: " "))))
+            }
 
             var claims: IDTokenClaims?
             if scope.contains("openid") {

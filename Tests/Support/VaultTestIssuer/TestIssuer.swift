@@ -186,6 +186,23 @@ public final class TestIssuer: Sendable {
         core.state.withLock { _ = $0.pausedPaths.insert(path) }
     }
 
+    /// Refresh answers from now on carry this JSON text as `access_token`
+    /// (a string with CR/LF, a number); nil: a fresh token.
+    public func setAnsweredAccessTokenJSON(_ rawJSON: String?) {
+        core.state.withLock { $0.answeredAccessTokenJSON = rawJSON }
+    }
+
+    /// Refresh answers from now on carry this JSON text as `scope` (a list,
+    /// `null`, `""`); "" leaves `scope` out; nil: the scope granted.
+    public func setAnsweredScopeJSON(_ rawJSON: String?) {
+        core.state.withLock { $0.answeredScopeJSON = rawJSON }
+    }
+
+    /// Whether an access token the issuer handed out still opens userinfo.
+    public func isAccessTokenActive(_ accessToken: String) -> Bool {
+        core.state.withLock { $0.accessTokens[accessToken] != nil }
+    }
+
     /// Refresh tokens presented again after they were rotated (each one
     /// revoked its whole family, as reuse detection does).
     public var reusedRefreshTokens: Int { core.state.withLock { $0.reusedRefreshTokens } }

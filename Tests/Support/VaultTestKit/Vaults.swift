@@ -181,6 +181,8 @@ package let testPeer = Peer(pid: getpid(), uid: getuid(), gid: getgid(), executa
 package final class ManualClock: WallClock, Sendable {
     private struct State {
         var seconds: Double
+        /// The clock nobody sets: moved by `advance`, never by `step`.
+        var uptime: Double = 1000
         var next = 0
         var sleepers: [Int: (deadline: Double, continuation: CheckedContinuation<Void, any Error>)] = [:]
     }
@@ -196,10 +198,21 @@ package final class ManualClock: WallClock, Sendable {
         self.state.withLock { $0.seconds }
     }
 
+    package func uptime() -> Double {
+        self.state.withLock { $0.uptime }
+    }
+
+    /// Sets the wall clock `delta` seconds on or back, as an administrator
+    /// or NTP would, while no time passes.
+    package func step(by delta: Double) {
+        self.state.withLock { $0.seconds += delta }
+    }
+
     /// Moves time on, and wakes every sleep whose deadline it reached.
     package func advance(by delta: Double) {
         let woken = self.state.withLock { state in
             state.seconds += delta
+            state.uptime += delta
             let due = state.sleepers.filter { $0.value.deadline <= state.seconds }
             for key in due.keys { state.sleepers[key] = nil }
             return due.values.map(\.continuation)
