@@ -240,8 +240,9 @@ struct ConcurrencyTests {
             setup.issuer.pause(path: "/revoke")
             let client = try LineClient(path: setup.vault.socketPath)
             client.send(#"{"id":"all","op":"signout","all":true}"# + "\n")
-            // Both revocations are out at once, and nothing is served meanwhile.
-            try await eventually { setup.issuer.heldRequestCount == 2 }
+            // Every revocation is out at once (both refresh tokens, and work's access token
+            // handed out), and nothing is served meanwhile.
+            try await eventually { setup.issuer.heldRequestCount == 3 }
             let probe = try LineClient(path: setup.vault.socketPath)
             for name in ["work", "home"] {
                 let token = try #require(await probe.call(#"{"id":"t","op":"token","account":"\#(name)"}"#))
