@@ -299,9 +299,10 @@ extension Broker {
             }
         }
         let served: TokenResponse
-        switch answer.tokens {
-        case .success(let tokens): served = tokens
-        case .failure(let error): return .failure(self.failed(name, generation: generation, error))
+        do {
+            served = try answer.tokens.get()
+        } catch {
+            return .failure(self.failed(name, generation: generation, error))
         }
         if let refused { return .failure(refused) }
         let token = CachedToken(
@@ -344,11 +345,10 @@ extension Broker {
             let oidc = self.oidc
             // Finished even when vaultd stops now: nothing else holds them.
             self.chores.finish {
-                async let access: Void = {
-                    if let accessToken { _ = await oidc.revoke(accessToken: accessToken, client: client, metadata: metadata) }
-                }()
-                if let rotated { _ = await oidc.revoke(refreshToken: rotated, client: client, metadata: metadata) }
-                await access
+                await withTaskGroup(of: Void.self) { both in
+                    if let rotated { both.addTask { _ = await oidc.revoke(refreshToken: rotated, client: client, metadata: metadata) } }
+                    if let accessToken { both.addTask { _ = await oidc.revoke(accessToken: accessToken, client: client, metadata: metadata) } }
+                }
             }
         }
         return VaultError.signedOutMeanwhile(name)

@@ -41,31 +41,23 @@ public struct ShareGrant: Sendable {
 /// its scopes).
 final class ShareLedger: Sendable {
     private struct State {
-        /// By account, oldest first.
-        var nonces: [String: [(origin: String, nonce: String)]] = [:]
+        /// By account.
+        var nonces: [String: ResourceNonces] = [:]
         /// By account: the cache keys of the scope sets it asked for.
         var scopeSets: [String: Set<String>] = [:]
     }
 
-    /// Resource-server nonces a share keeps per account, as the user's own.
-    static let noncesPerAccount = TokenCache.noncesPerAccount
     /// Scope sets a share may have the vault refresh for, per account.
     static let scopeSetsPerAccount = 4
 
     private let state = Mutex(State())
 
     func record(_ nonce: String, origin: String, account: String) {
-        self.state.withLock { state in
-            var nonces = state.nonces[account] ?? []
-            nonces.removeAll { $0.origin == origin }
-            if nonces.count >= Self.noncesPerAccount { nonces.removeFirst() }
-            nonces.append((origin, nonce))
-            state.nonces[account] = nonces
-        }
+        self.state.withLock { $0.nonces[account, default: ResourceNonces()].record(nonce, origin: origin) }
     }
 
     func nonce(account: String, origin: String) -> String? {
-        self.state.withLock { $0.nonces[account]?.last { $0.origin == origin }?.nonce }
+        self.state.withLock { $0.nonces[account]?.nonce(origin: origin) }
     }
 
     /// Whether a refresh of the scope set `key` for `account` may be asked

@@ -18,12 +18,9 @@ public final class TokenCache: Sendable {
         /// and live at the issuer: a sign-out revokes them too. The newest
         /// `retiredPerAccount`, and only while they live.
         var retired: [CachedToken] = []
-        /// Resource servers' DPoP nonces, by origin, oldest first.
-        var nonces: [(origin: String, nonce: String)] = []
+        /// Resource servers' DPoP nonces for the user's own proofs.
+        var nonces = ResourceNonces()
     }
-
-    /// The most resource-server nonces kept per account.
-    static let noncesPerAccount = 64
     /// The most replaced access tokens kept per account for a sign-out to revoke.
     static let retiredPerAccount = 16
 
@@ -77,7 +74,7 @@ public final class TokenCache: Sendable {
                 policy: AccountPolicy(configuration),
                 defaultKey: Self.key(configuration.scopes),
                 tokens: entry?.tokens ?? [:],
-                nonces: entry?.nonces ?? []
+                nonces: entry?.nonces ?? ResourceNonces()
             )
         }
     }
@@ -116,18 +113,15 @@ public final class TokenCache: Sendable {
     /// `origin`; false when there is no such account (by identity).
     public func recordNonce(_ nonce: String, origin: String, account: String, identity: String?) -> Bool {
         self.state.withLock { entries in
-            guard var entry = entries[account], entry.policy.identity == identity else { return false }
-            entry.nonces.removeAll { $0.origin == origin }
-            if entry.nonces.count >= Self.noncesPerAccount { entry.nonces.removeFirst() }
-            entry.nonces.append((origin, nonce))
-            entries[account] = entry
+            guard let entry = entries[account], entry.policy.identity == identity else { return false }
+            entries[account]?.nonces.record(nonce, origin: origin)
             return true
         }
     }
 
     /// The nonce a resource server at `origin` last gave for `account`.
     func nonce(account: String, origin: String) -> String? {
-        self.state.withLock { entries in entries[account]?.nonces.last { $0.origin == origin }?.nonce }
+        self.state.withLock { entries in entries[account]?.nonces.nonce(origin: origin) }
     }
 
     /// The access tokens cached for `account` that live past `now`, newest
@@ -156,6 +150,25 @@ public final class TokenCache: Sendable {
     /// The cache key of a scope set: order and repeats do not matter.
     static func key(_ scopes: [String]) -> String {
         Set(scopes).sorted().joined(separator: " ")
+    }
+}
+
+/// Resource servers' DPoP nonces (RFC 9449 §8) for one account's proofs,
+/// the last of each origin, at most `maximum` of them, the oldest going
+/// first: what a user's proofs carry, and separately what a share's do.
+struct ResourceNonces: Sendable {
+    static let maximum = 64
+    /// Oldest first.
+    private var list: [(origin: String, nonce: String)] = []
+
+    mutating func record(_ nonce: String, origin: String) {
+        self.list.removeAll { $0.origin == origin }
+        if self.list.count >= Self.maximum { self.list.removeFirst() }
+        self.list.append((origin, nonce))
+    }
+
+    func nonce(origin: String) -> String? {
+        self.list.last { $0.origin == origin }?.nonce
     }
 }
 
