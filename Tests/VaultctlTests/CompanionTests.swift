@@ -110,12 +110,7 @@ struct HostileServerClientTests {
     /// `after` once, and closes the connection then if `thenClose`.
     static func serve(_ path: String, answer: @escaping @Sendable (String) -> [UInt8], after: [UInt8] = [], thenClose: Bool = false) throws {
         let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8)) }
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
+        let bound = bind(listener, unixPath: path)
         try #require(bound == 0 && listen(listener, 1) == 0)
         Thread.detachNewThread {
             let fd = accept(listener, nil, nil)

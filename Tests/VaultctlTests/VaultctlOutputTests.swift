@@ -293,12 +293,7 @@ final class ScriptedDaemon: @unchecked Sendable {
         self.path = path
         self.replies = replies
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8)) }
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
+        let bound = bind(fd, unixPath: path)
         guard bound == 0, listen(fd, 16) == 0 else {
             close(fd)
             throw ToolFailure(message: "cannot listen on \(path)")

@@ -92,12 +92,7 @@ final class NotifyListener: @unchecked Sendable {
     init(path: String) throws {
         self.path = path
         self.fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8)) }
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(self.fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
+        let bound = bind(self.fd, unixPath: path)
         guard bound == 0 else { throw ToolFailure(message: "cannot bind \(path)") }
         var timeout = timeval(tv_sec: 20, tv_usec: 0)
         setsockopt(self.fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
@@ -110,18 +105,9 @@ final class NotifyListener: @unchecked Sendable {
     func fill() {
         let sender = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
         defer { close(sender) }
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(self.path.utf8)) }
         let message = Array("STATUS=filler".utf8)
         while true {
-            let sent = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { to in
-                    message.withUnsafeBytes {
-                        sendto(sender, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT), to, socklen_t(MemoryLayout<sockaddr_un>.size))
-                    }
-                }
-            }
+            let sent = send(sender, message, toUnixPath: self.path, flags: Int32(MSG_DONTWAIT))
             if sent < 0 { return }
         }
     }

@@ -27,12 +27,7 @@ struct DaemonProcessTests {
         let socket = folder + "/stale.sock"
         // A socket file nobody listens on, as a killed daemon leaves behind.
         let fd = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(socket.utf8)) }
-        _ = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
+        _ = bind(fd, unixPath: socket)
         close(fd)
         #expect(FileManager.default.fileExists(atPath: socket))
         let daemon = try DaemonProcess(folder: folder, socketPath: socket)

@@ -44,6 +44,8 @@
 # Needs the Debian packages gnome-keyring, libsecret-tools and dbus
 # (dev/install-test-deps.sh).
 set -euo pipefail
+# shellcheck source=../session-bus.sh
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../session-bus.sh"
 
 say() { echo "keyring/session.sh: $*" >&2; }
 fail() { say "error: $*"; exit 1; }
@@ -221,37 +223,12 @@ start() {
     rm -f "$DIR/env" "$DIR/env.tmp" "$DIR/bus.log" "$DIR/keyring.log" "$DIR/keyring.env"
     mkdir -p "$HOME" "$XDG_DATA_HOME" "$XDG_CONFIG_HOME" "$XDG_CACHE_HOME"
     mkdir -m 700 "$XDG_RUNTIME_DIR"
-    local bus="$XDG_RUNTIME_DIR/bus"
-    [ ${#bus} -lt 100 ] || fail "$DIR is too long for a socket path; choose a shorter folder"
-    # /usr/share/dbus-1/session.conf less its service folders and includes.
-    cat >"$DIR/bus.conf" <<EOF
-<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>session</type>
-  <keep_umask/>
-  <listen>unix:path=$bus</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
-  </policy>
-</busconfig>
-EOF
 
     unset DBUS_SESSION_BUS_ADDRESS
     BUS_PID=""
     DAEMON_PID=""
     trap 'rc=$?; if [ $rc -ne 0 ]; then say "start failed (status $rc); stopping what it started"; stop_leftovers; rm -f "$DIR/env"; fi' EXIT
-    dbus-daemon --config-file="$DIR/bus.conf" --fork --nopidfile \
-        --print-address=3 --print-pid=4 3>"$DIR/bus.address" 4>"$DIR/bus.pid" \
-        </dev/null >/dev/null 2>"$DIR/bus.log" \
-        || fail "dbus-daemon did not start; see $DIR/bus.log"
-    BUS_PID="$(tr -d '[:space:]' <"$DIR/bus.pid")"
-    DBUS_SESSION_BUS_ADDRESS="$(head -n 1 "$DIR/bus.address")"
-    [ -n "$BUS_PID" ] && [ -n "$DBUS_SESSION_BUS_ADDRESS" ] || fail "dbus-daemon printed no address or pid"
-    export DBUS_SESSION_BUS_ADDRESS
+    start_session_bus "$DIR" "$XDG_RUNTIME_DIR/bus"
 
     start_keyring
     write_env

@@ -50,6 +50,8 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=../session-bus.sh
+. "$HERE/../session-bus.sh"
 NAME=org.freedesktop.Notifications
 
 say() { echo "notify/start.sh: $*" >&2; }
@@ -96,7 +98,6 @@ if [ -n "$(ls -A "$DIR")" ] && [ ! -e "$DIR/bus.conf" ]; then
     fail "$DIR is neither empty nor a notify session folder; give an empty or new folder"
 fi
 BUS="$DIR/bus"
-[ ${#BUS} -lt 100 ] || fail "$DIR is too long for a socket path; choose a shorter folder"
 
 rm -rf "$DIR/shown"
 rm -f "$DIR"/env "$DIR"/env.tmp "$DIR"/*.log "$DIR"/menu.* "$DIR/display.fifo" "$DIR/bus.address" "$DIR/bus.pid"
@@ -106,22 +107,6 @@ mkdir "$DIR/shown"
 export NOTIFY_DIR="$DIR"
 unset DISPLAY WAYLAND_DISPLAY DBUS_SESSION_BUS_ADDRESS DBUS_STARTER_ADDRESS DBUS_STARTER_BUS_TYPE
 
-# /usr/share/dbus-1/session.conf less its service folders and includes.
-cat >"$DIR/bus.conf" <<EOF
-<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>session</type>
-  <keep_umask/>
-  <listen>unix:path=$BUS</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
-  </policy>
-</busconfig>
-EOF
 
 cat >"$DIR/dunstrc" <<EOF
 # Written by Tests/Support/notify/start.sh; see there.
@@ -173,14 +158,7 @@ on_exit() {
 }
 trap on_exit EXIT
 
-dbus-daemon --config-file="$DIR/bus.conf" --fork --nopidfile \
-    --print-address=3 --print-pid=4 3>"$DIR/bus.address" 4>"$DIR/bus.pid" \
-    </dev/null >/dev/null 2>"$DIR/bus.log" \
-    || fail "dbus-daemon did not start; see $DIR/bus.log"
-BUS_PID="$(tr -d '[:space:]' <"$DIR/bus.pid")"
-DBUS_SESSION_BUS_ADDRESS="$(head -n 1 "$DIR/bus.address")"
-[ -n "$BUS_PID" ] && [ -n "$DBUS_SESSION_BUS_ADDRESS" ] || fail "dbus-daemon printed no address or pid"
-export DBUS_SESSION_BUS_ADDRESS
+start_session_bus "$DIR" "$BUS"
 
 # Xvfb writes the display number it took to the fifo once it accepts
 # connections; EOF before that means it died.
