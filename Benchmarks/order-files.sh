@@ -4,8 +4,8 @@
 # to each other (see scripts/release.sh and Package.swift). Run it after
 # changes that add or rename much of the code on these paths; a stale list
 # only costs memory and start-up time, never correctness (a name the linker
-# does not find is skipped), and dev/test.sh fails when a list no longer
-# names the code (dev/check-order-files.py, whose counts this writes too).
+# does not find is skipped); Benchmarks/bench.sh reports how much of each
+# list no longer names the code (Benchmarks/order-report.py).
 #
 #   Benchmarks/order-files.sh
 #
@@ -279,8 +279,3 @@ for program, names in (("vaultd", vaultd), ("vaultctl", vaultctl)):
 PY
 # The build does not see these lists as inputs: relink with them next time.
 rm -f "$bin/vaultd" "$bin/vaultctl"
-# What dev/check-order-files.py compares with: how many of the lists' own
-# names a debug build never defines (the release build's specializations).
-swift build --product vaultd >&2
-swift build --product vaultctl >&2
-dev/check-order-files.py --record

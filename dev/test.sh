@@ -12,9 +12,6 @@ swift build --build-tests -Xswiftc -warnings-as-errors
 # Every fuzz harness compiles against this build (only request-decode is
 # fuzzed below; the others take a sanitizer build of the whole daemon).
 dev/fuzz.sh --typecheck
-# The link order files (link/*.order) still name this code, or the test
-# fails with the command that remakes them.
-dev/check-order-files.py
 # The vault fsyncs every write; right after a cold build those fsyncs queue
 # behind gigabytes of build output. Flush that first so tests time the vault.
 sync
