@@ -47,7 +47,7 @@ public enum SecretFields {
         // of a name is counted, not stored.
         let nameLimit = keys.map(\.utf8.count).max() ?? 0
         let read = UnsafeRawBufferPointer(bytes)
-        var scanner = Scanner(bytes: read)
+        var scanner = JSONScanner(bytes: read)
         var spans: [(key: String, range: Range<Int>)] = []
         var seen: Set<String> = []
         // A byte order mark, which JSONDecoder skips too.
@@ -139,7 +139,7 @@ public enum SecretFields {
             guard at + 4 <= end else { return nil }
             var value: UInt32 = 0
             for j in at..<at + 4 {
-                guard let digit = Scanner.hexValue(quoted[j]) else { return nil }
+                guard let digit = JSONScanner.hexValue(quoted[j]) else { return nil }
                 value = value << 4 | UInt32(digit)
             }
             return value
@@ -231,126 +231,7 @@ public enum SecretFields {
 
     fileprivate static func hex4(_ bytes: UnsafeRawBufferPointer, at index: Int) -> UInt32 {
         var value: UInt32 = 0
-        for i in index..<index + 4 { value = value << 4 | UInt32(Scanner.hexValue(bytes[i])!) }
+        for i in index..<index + 4 { value = value << 4 | UInt32(JSONScanner.hexValue(bytes[i])!) }
         return value
-    }
-}
-
-/// A walk over JSON bytes that builds no value and keeps no stack of its own.
-private struct Scanner {
-    let bytes: UnsafeRawBufferPointer
-    var index = 0
-
-    init(bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
-
-    var peek: UInt8? { self.index < self.bytes.count ? self.bytes[self.index] : nil }
-
-    mutating func take(_ byte: UInt8) -> Bool {
-        guard self.peek == byte else { return false }
-        self.index += 1
-        return true
-    }
-
-    mutating func skipSpace() {
-        while let byte = self.peek, byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { self.index += 1 }
-    }
-
-    /// `"name" :` and the space after it.
-    mutating func memberHead() -> Bool {
-        guard self.skipString() else { return false }
-        self.skipSpace()
-        guard self.take(UInt8(ascii: ":")) else { return false }
-        self.skipSpace()
-        return true
-    }
-
-    /// After a member or element: true when `closer` ended the container,
-    /// false when a comma says another follows (a trailing comma before
-    /// `closer` ends it, as JSONDecoder allows), nil when neither.
-    mutating func next(closing closer: UInt8) -> Bool? {
-        self.skipSpace()
-        if self.take(closer) { return true }
-        guard self.take(UInt8(ascii: ",")) else { return nil }
-        self.skipSpace()
-        return self.take(closer) ? true : false
-    }
-
-    /// One value of any kind. Containers are walked with a count of what
-    /// they open, not by recursion: a line of `[` cannot exhaust the stack.
-    mutating func skipValue() -> Bool {
-        // Whether each open container is an object (else an array).
-        var open: [Bool] = []
-        while true {
-            guard let byte = self.peek else { return false }
-            switch byte {
-            case UInt8(ascii: "\""):
-                guard self.skipString() else { return false }
-            case UInt8(ascii: "{"), UInt8(ascii: "["):
-                self.index += 1
-                self.skipSpace()
-                let keyed = byte == UInt8(ascii: "{")
-                if self.take(keyed ? UInt8(ascii: "}") : UInt8(ascii: "]")) { break }
-                open.append(keyed)
-                if keyed { guard self.memberHead() else { return false } }
-                continue
-            case UInt8(ascii: "t"): guard self.literal("true") else { return false }
-            case UInt8(ascii: "f"): guard self.literal("false") else { return false }
-            case UInt8(ascii: "n"): guard self.literal("null") else { return false }
-            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-                // As loose as JSONDecoder is with a number it does not read.
-                self.index += 1
-                while let next = self.peek,
-                    (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(next) || next == UInt8(ascii: ".") || next == UInt8(ascii: "e")
-                        || next == UInt8(ascii: "E") || next == UInt8(ascii: "+") || next == UInt8(ascii: "-")
-                {
-                    self.index += 1
-                }
-            default:
-                return false
-            }
-            // A value ended: close what it ends, or go on to the next one.
-            while let keyed = open.last {
-                guard let closed = self.next(closing: keyed ? UInt8(ascii: "}") : UInt8(ascii: "]")) else { return false }
-                if closed {
-                    open.removeLast()
-                    continue
-                }
-                if keyed { guard self.memberHead() else { return false } }
-                break
-            }
-            if open.isEmpty { return true }
-        }
-    }
-
-    private mutating func literal(_ word: StaticString) -> Bool {
-        let count = word.utf8CodeUnitCount
-        guard self.bytes.count - self.index >= count else { return false }
-        for i in 0..<count where self.bytes[self.index + i] != word.utf8Start[i] { return false }
-        self.index += count
-        return true
-    }
-
-    /// A string literal from its opening quote to past its closing one; an
-    /// escape is any byte after a backslash (checked only where decoded).
-    mutating func skipString() -> Bool {
-        guard self.take(UInt8(ascii: "\"")) else { return false }
-        while let byte = self.peek {
-            self.index += 1
-            if byte == UInt8(ascii: "\"") { return true }
-            if byte == UInt8(ascii: "\\") {
-                guard self.peek != nil else { return false }
-                self.index += 1
-            }
-        }
-        return false
-    }
-
-    static func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case 0x30...0x39: return byte - 0x30
-        case 0x41...0x46: return byte - 0x41 + 10
-        case 0x61...0x66: return byte - 0x61 + 10
-        default: return nil
-        }
     }
 }

@@ -1,5 +1,6 @@
 import FoundationEssentials
 import VaultCrypto
+import VaultJSON
 
 /// The `token` request and its reply, read and written without Codable.
 ///
@@ -31,123 +32,55 @@ enum PlainLine {
     /// Calls `field` with each key and value in order. False when the line
     /// is not plain, or as soon as `field` returns false.
     static func read(_ bytes: UnsafeRawBufferPointer, _ field: (String, Value) -> Bool) -> Bool {
-        var cursor = Cursor(bytes: bytes)
+        var scanner = JSONScanner(bytes: bytes)
         var keys: [String] = []
-        cursor.skipSpace()
-        guard cursor.take(UInt8(ascii: "{")) else { return false }
-        cursor.skipSpace()
-        if !cursor.take(UInt8(ascii: "}")) {
+        scanner.skipSpace()
+        guard scanner.take(UInt8(ascii: "{")) else { return false }
+        scanner.skipSpace()
+        if !scanner.take(UInt8(ascii: "}")) {
             while true {
-                guard keys.count < Self.maximumFields, let key = cursor.string(), !keys.contains(key) else { return false }
+                guard keys.count < Self.maximumFields, let key = Self.string(&scanner), !keys.contains(key) else { return false }
                 keys.append(key)
-                cursor.skipSpace()
-                guard cursor.take(UInt8(ascii: ":")) else { return false }
-                cursor.skipSpace()
-                guard let value = cursor.value(), field(key, value) else { return false }
-                cursor.skipSpace()
-                if cursor.take(UInt8(ascii: "}")) { break }
-                guard cursor.take(UInt8(ascii: ",")) else { return false }
-                cursor.skipSpace()
+                scanner.skipSpace()
+                guard scanner.take(UInt8(ascii: ":")) else { return false }
+                scanner.skipSpace()
+                guard let value = Self.value(&scanner), field(key, value) else { return false }
+                // A trailing comma is JSONDecoder's to allow.
+                guard let closed = scanner.next(closing: UInt8(ascii: "}"), trailingComma: false) else { return false }
+                if closed { break }
             }
         }
-        cursor.skipSpace()
-        return cursor.atEnd
+        scanner.skipSpace()
+        return scanner.atEnd
     }
 
-    private struct Cursor {
-        let bytes: UnsafeRawBufferPointer
-        var index = 0
-
-        var atEnd: Bool { self.index == self.bytes.count }
-
-        mutating func skipSpace() {
-            while self.index < self.bytes.count {
-                switch self.bytes[self.index] {
-                case 0x20, 0x09, 0x0A, 0x0D: self.index += 1
-                default: return
-                }
-            }
+    private static func value(_ scanner: inout JSONScanner) -> Value? {
+        guard let first = scanner.peek else { return nil }
+        switch first {
+        case UInt8(ascii: "\""): return Self.string(&scanner).map(Value.string)
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return scanner.integer().map(Value.integer)
+        case UInt8(ascii: "t"): return scanner.literal("true") ? .bool(true) : nil
+        case UInt8(ascii: "f"): return scanner.literal("false") ? .bool(false) : nil
+        case UInt8(ascii: "["): return Self.strings(&scanner).map(Value.strings)
+        default: return nil
         }
+    }
 
-        mutating func take(_ byte: UInt8) -> Bool {
-            guard self.index < self.bytes.count, self.bytes[self.index] == byte else { return false }
-            self.index += 1
-            return true
-        }
+    /// A string without escapes or control characters, valid UTF-8.
+    private static func string(_ scanner: inout JSONScanner) -> String? {
+        scanner.plainString().flatMap { String(validating: $0, as: UTF8.self) }
+    }
 
-        mutating func value() -> Value? {
-            guard self.index < self.bytes.count else { return nil }
-            switch self.bytes[self.index] {
-            case UInt8(ascii: "\""): return self.string().map(Value.string)
-            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return self.integer().map(Value.integer)
-            case UInt8(ascii: "t"): return self.word("true") ? .bool(true) : nil
-            case UInt8(ascii: "f"): return self.word("false") ? .bool(false) : nil
-            case UInt8(ascii: "["): return self.strings().map(Value.strings)
-            default: return nil
-            }
-        }
-
-        /// A string without escapes or control characters, valid UTF-8.
-        mutating func string() -> String? {
-            guard self.take(UInt8(ascii: "\"")) else { return nil }
-            let start = self.index
-            while self.index < self.bytes.count {
-                let byte = self.bytes[self.index]
-                if byte == UInt8(ascii: "\"") {
-                    let text = String(validating: UnsafeRawBufferPointer(rebasing: self.bytes[start..<self.index]), as: UTF8.self)
-                    self.index += 1
-                    return text
-                }
-                guard byte >= 0x20, byte != UInt8(ascii: "\\") else { return nil }
-                self.index += 1
-            }
-            return nil
-        }
-
-        /// `-?(0|[1-9][0-9]*)`, at most 18 digits and not `-0`: what every
-        /// JSON reader turns into the same Int64. No fraction, no exponent.
-        mutating func integer() -> Int64? {
-            let negative = self.take(UInt8(ascii: "-"))
-            let start = self.index
-            var value: Int64 = 0
-            while self.index < self.bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(self.bytes[self.index]) {
-                // Counted before the digit is added: 18 digits always fit.
-                guard self.index - start < 18 else { return nil }
-                value = value * 10 + Int64(self.bytes[self.index] - UInt8(ascii: "0"))
-                self.index += 1
-            }
-            let digits = self.index - start
-            guard digits > 0, digits == 1 || self.bytes[start] != UInt8(ascii: "0"), !(negative && value == 0) else { return nil }
-            if self.index < self.bytes.count {
-                switch self.bytes[self.index] {
-                case UInt8(ascii: "."), UInt8(ascii: "e"), UInt8(ascii: "E"): return nil
-                default: break
-                }
-            }
-            return negative ? -value : value
-        }
-
-        mutating func word(_ word: StaticString) -> Bool {
-            let count = word.utf8CodeUnitCount
-            guard self.bytes.count - self.index >= count else { return false }
-            for offset in 0..<count where self.bytes[self.index + offset] != word.utf8Start[offset] { return false }
-            self.index += count
-            return true
-        }
-
-        mutating func strings() -> [String]? {
-            guard self.take(UInt8(ascii: "[")) else { return nil }
-            var list: [String] = []
-            self.skipSpace()
-            if self.take(UInt8(ascii: "]")) { return list }
-            while true {
-                guard list.count < PlainLine.maximumFields, let element = self.string() else { return nil }
-                list.append(element)
-                self.skipSpace()
-                if self.take(UInt8(ascii: "]")) { return list }
-                guard self.take(UInt8(ascii: ",")) else { return nil }
-                self.skipSpace()
-            }
+    private static func strings(_ scanner: inout JSONScanner) -> [String]? {
+        guard scanner.take(UInt8(ascii: "[")) else { return nil }
+        var list: [String] = []
+        scanner.skipSpace()
+        if scanner.take(UInt8(ascii: "]")) { return list }
+        while true {
+            guard list.count < PlainLine.maximumFields, let element = Self.string(&scanner) else { return nil }
+            list.append(element)
+            guard let closed = scanner.next(closing: UInt8(ascii: "]"), trailingComma: false) else { return nil }
+            if closed { return list }
         }
     }
 
@@ -176,6 +109,15 @@ enum PlainLine {
             self.bytes?.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
         }
 
+        /// `"name":`, after a comma unless it is the line's first key.
+        mutating func key(_ name: String) {
+            if self.bytes?.last != UInt8(ascii: "{") { self.raw(",") }
+            var name = name
+            self.raw("\"")
+            name.withUTF8 { self.bytes?.append(contentsOf: $0) }
+            self.raw("\":")
+        }
+
         mutating func integer(_ value: Int64) {
             // By hand: String(value) asks the runtime for generic metadata,
             // which a fresh vaultctl process pays for.
@@ -201,7 +143,7 @@ enum PlainLine {
 
         /// A JSON string of `prefix` and `utf8`, which needs no escape; else the line is lost.
         mutating func string(prefixed prefix: StaticString, _ utf8: UnsafeRawBufferPointer) {
-            guard !utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
+            guard JSONScanner.needsNoEscape(utf8) else {
                 self.bytes?.secureZero()
                 self.bytes = nil
                 return
@@ -222,6 +164,54 @@ enum PlainLine {
     }
 }
 
+/// The fields of a `token` or `dpop.proof` request line, in the order
+/// JSONEncoder's `.sortedKeys` writes them: the one table the plain reader
+/// and writer are written from. Each switch over it is exhaustive, so a new
+/// field is read and written or nothing builds, and PlainLineTests fails
+/// when `TokenRequest`, `DPoPProofRequest` or `DPoPTarget` has a property
+/// that `properties` does not place here.
+enum TokenLineField: String, CaseIterable {
+    case account
+    case forceRefresh = "force_refresh"
+    case htm
+    case htu
+    case id
+    case minTTL = "min_ttl"
+    case op
+    case scope
+
+    /// Each property of the request types, by the field that carries it.
+    static let properties: [String: TokenLineField] = [
+        "TokenRequest.account": .account, "TokenRequest.scopes": .scope, "TokenRequest.minTTL": .minTTL,
+        "TokenRequest.forceRefresh": .forceRefresh, "DPoPProofRequest.token": .account,
+        "DPoPProofRequest.target": .htu, "DPoPTarget.method": .htm, "DPoPTarget.url": .htu,
+        // Derived from `url`, never sent.
+        "DPoPTarget.origin": .htu,
+    ]
+}
+
+/// The fields of a successful `token` or `dpop.proof` reply line, sorted as
+/// JSONEncoder writes them; the one table of their plain reader and writers,
+/// held to `TokenResult` and `DPoPProofResult` as `TokenLineField` is.
+enum ReplyLineField: String, CaseIterable {
+    case accessToken = "access_token"
+    case authorization
+    case dpop
+    case expiresAt = "expires_at"
+    case expiresIn = "expires_in"
+    case id
+    case ok
+    case scope
+    case tokenType = "token_type"
+
+    static let properties: [String: ReplyLineField] = [
+        "TokenResult.accessToken": .accessToken, "TokenResult.tokenType": .tokenType,
+        "TokenResult.expiresAt": .expiresAt, "TokenResult.expiresIn": .expiresIn, "TokenResult.scope": .scope,
+        "DPoPProofResult.proof": .dpop, "DPoPProofResult.accessToken": .authorization,
+        "DPoPProofResult.expiresAt": .expiresAt, "DPoPProofResult.expiresIn": .expiresIn, "DPoPProofResult.scope": .scope,
+    ]
+}
+
 extension Request {
     /// A `token` or `dpop.proof` request in a plain line; nil for any other line.
     init?(plainToken line: UnsafeRawBufferPointer) {
@@ -235,20 +225,22 @@ extension Request {
         var minTTL: Int?
         var forceRefresh: Bool?
         let plain = PlainLine.read(line) { key, value in
-            switch (key, value) {
-            case ("id", .integer(let number)): id = .number(number)
-            case ("id", .string(let string)): id = .string(string)
-            case ("op", .string(let op)):
+            guard let field = TokenLineField(rawValue: key) else { return false }
+            switch (field, value) {
+            case (.id, .integer(let number)): id = .number(number)
+            case (.id, .string(let string)): id = .string(string)
+            case (.op, .string(let op)):
                 isToken = op == Op.token.rawValue
                 isProof = op == Op.dpopProof.rawValue
-            case ("htm", .string(let method)): htm = method
-            case ("htu", .string(let url)): htu = url
-            case ("account", .string(let name)): account = name
-            case ("scope", .string(let list)): scopes = list.split(separator: " ").map(String.init)
-            case ("scope", .strings(let list)): scopes = list
-            case ("min_ttl", .integer(let seconds)): minTTL = Int(seconds)
-            case ("force_refresh", .bool(let force)): forceRefresh = force
-            default: return false
+            case (.htm, .string(let method)): htm = method
+            case (.htu, .string(let url)): htu = url
+            case (.account, .string(let name)): account = name
+            case (.scope, .string(let list)): scopes = list.split(separator: " ").map(String.init)
+            case (.scope, .strings(let list)): scopes = list
+            case (.minTTL, .integer(let seconds)): minTTL = Int(seconds)
+            case (.forceRefresh, .bool(let force)): forceRefresh = force
+            case (.account, _), (.forceRefresh, _), (.htm, _), (.htu, _), (.id, _), (.minTTL, _), (.op, _), (.scope, _):
+                return false
             }
             return true
         }
@@ -277,23 +269,38 @@ extension Request {
     func plainLine() -> Data? {
         guard case .success(.token(let request)) = self.command else { return nil }
         var line = PlainLine.Writer(capacity: 96 + request.account.utf8.count)
-        line.raw(#"{"account":"#)
-        line.string(request.account)
-        if request.forceRefresh { line.raw(#","force_refresh":true"#) }
-        if let id = self.id {
-            line.raw(#","id":"#)
-            line.id(id)
-        }
-        line.raw(#","min_ttl":"#)
-        line.integer(Int64(request.minTTL))
-        line.raw(#","op":"token""#)
-        if let scopes = request.scopes {
-            line.raw(#","scope":["#)
-            for (index, scope) in scopes.enumerated() {
-                if index > 0 { line.raw(",") }
-                line.string(scope)
+        line.raw("{")
+        for field in TokenLineField.allCases {
+            switch field {
+            case .account:
+                line.key(field.rawValue)
+                line.string(request.account)
+            case .forceRefresh:
+                guard request.forceRefresh else { continue }
+                line.key(field.rawValue)
+                line.raw("true")
+            case .htm, .htu:
+                continue  // dpop.proof's; vaultctl sends it through Codable
+            case .id:
+                guard let id = self.id else { continue }
+                line.key(field.rawValue)
+                line.id(id)
+            case .minTTL:
+                line.key(field.rawValue)
+                line.integer(Int64(request.minTTL))
+            case .op:
+                line.key(field.rawValue)
+                line.string(Op.token.rawValue)
+            case .scope:
+                guard let scopes = request.scopes else { continue }
+                line.key(field.rawValue)
+                line.raw("[")
+                for (index, scope) in scopes.enumerated() {
+                    if index > 0 { line.raw(",") }
+                    line.string(scope)
+                }
+                line.raw("]")
             }
-            line.raw("]")
         }
         line.raw("}")
         return line.bytes.map { Data($0) }
@@ -343,16 +350,19 @@ extension TokenResult {
         var expiresIn: Int64?
         var scope: String?
         let plain = PlainLine.read(line) { key, value in
-            switch (key, value) {
-            case ("id", .integer(let number)): id = .number(number)
-            case ("id", .string(let string)): id = .string(string)
-            case ("ok", .bool(let value)): ok = value
-            case ("access_token", .string(let token)): accessToken = token
-            case ("token_type", .string(let type)): tokenType = type
-            case ("expires_at", .integer(let seconds)): expiresAt = seconds
-            case ("expires_in", .integer(let seconds)): expiresIn = seconds
-            case ("scope", .string(let text)): scope = text
-            default: return false
+            guard let field = ReplyLineField(rawValue: key) else { return false }
+            switch (field, value) {
+            case (.id, .integer(let number)): id = .number(number)
+            case (.id, .string(let string)): id = .string(string)
+            case (.ok, .bool(let value)): ok = value
+            case (.accessToken, .string(let token)): accessToken = token
+            case (.tokenType, .string(let type)): tokenType = type
+            case (.expiresAt, .integer(let seconds)): expiresAt = seconds
+            case (.expiresIn, .integer(let seconds)): expiresIn = seconds
+            case (.scope, .string(let text)): scope = text
+            case (.accessToken, _), (.authorization, _), (.dpop, _), (.expiresAt, _), (.expiresIn, _), (.id, _), (.ok, _),
+                (.scope, _), (.tokenType, _):
+                return false
             }
             return true
         }
@@ -370,18 +380,34 @@ extension TokenResult {
     func plainLine(id: RequestID?) -> Data? {
         self.accessToken.withUnsafeBytes { token in
             var line = PlainLine.Writer(capacity: 128 + token.count + self.scope.utf8.count)
-            line.raw(#"{"access_token":"#)
-            line.string(token)
-            line.raw(#","expires_at":"#)
-            line.integer(self.expiresAt)
-            line.raw(#","expires_in":"#)
-            line.integer(self.expiresIn)
-            line.raw(#","id":"#)
-            line.id(id)
-            line.raw(#","ok":true,"scope":"#)
-            line.string(self.scope)
-            line.raw(#","token_type":"#)
-            line.string(self.tokenType)
+            line.raw("{")
+            for field in ReplyLineField.allCases {
+                switch field {
+                case .accessToken:
+                    line.key(field.rawValue)
+                    line.string(token)
+                case .authorization, .dpop:
+                    continue  // dpop.proof's
+                case .expiresAt:
+                    line.key(field.rawValue)
+                    line.integer(self.expiresAt)
+                case .expiresIn:
+                    line.key(field.rawValue)
+                    line.integer(self.expiresIn)
+                case .id:
+                    line.key(field.rawValue)
+                    line.id(id)
+                case .ok:
+                    line.key(field.rawValue)
+                    line.raw("true")
+                case .scope:
+                    line.key(field.rawValue)
+                    line.string(self.scope)
+                case .tokenType:
+                    line.key(field.rawValue)
+                    line.string(self.tokenType)
+                }
+            }
             line.raw("}")
             return line.finish()
         }
@@ -394,19 +420,38 @@ extension DPoPProofResult {
     func plainLine(id: RequestID?) -> Data? {
         self.accessToken.withUnsafeBytes { token in
             var line = PlainLine.Writer(capacity: 160 + token.count + self.proof.utf8.count + self.scope.utf8.count)
-            line.raw(#"{"authorization":"#)
-            line.string(prefixed: "DPoP ", token)
-            line.raw(#","dpop":"#)
-            line.string(self.proof)
-            line.raw(#","expires_at":"#)
-            line.integer(self.expiresAt)
-            line.raw(#","expires_in":"#)
-            line.integer(self.expiresIn)
-            line.raw(#","id":"#)
-            line.id(id)
-            line.raw(#","ok":true,"scope":"#)
-            line.string(self.scope)
-            line.raw(#","token_type":"DPoP"}"#)
+            line.raw("{")
+            for field in ReplyLineField.allCases {
+                switch field {
+                case .accessToken:
+                    continue  // token's: here the token is in `authorization`
+                case .authorization:
+                    line.key(field.rawValue)
+                    line.string(prefixed: "DPoP ", token)
+                case .dpop:
+                    line.key(field.rawValue)
+                    line.string(self.proof)
+                case .expiresAt:
+                    line.key(field.rawValue)
+                    line.integer(self.expiresAt)
+                case .expiresIn:
+                    line.key(field.rawValue)
+                    line.integer(self.expiresIn)
+                case .id:
+                    line.key(field.rawValue)
+                    line.id(id)
+                case .ok:
+                    line.key(field.rawValue)
+                    line.raw("true")
+                case .scope:
+                    line.key(field.rawValue)
+                    line.string(self.scope)
+                case .tokenType:
+                    line.key(field.rawValue)
+                    line.string("DPoP")
+                }
+            }
+            line.raw("}")
             return line.finish()
         }
     }

@@ -77,6 +77,39 @@ import VaultCrypto
         "",
     ]
 
+    /// The plain reader and writers are written from two field tables. A
+    /// property added to a request or reply type must find its field there,
+    /// else it would vanish from the plain line while Codable sends it.
+    @Test func everyPropertyOfTheTokenTypesHasAPlainField() throws {
+        let token = TokenRequest(account: "a", scopes: ["s"], minTTL: 5, forceRefresh: true)
+        let target = try #require(DPoPTarget(method: "GET", url: "https://rs.example/a"))
+        let secret = try SecretBytes(utf8: "t")
+        let requests: [(String, Any)] = [
+            ("TokenRequest", token), ("DPoPProofRequest", DPoPProofRequest(token: token, target: target)), ("DPoPTarget", target),
+        ]
+        let replies: [(String, Any)] = [
+            ("TokenResult", TokenResult(accessToken: secret, tokenType: "Bearer", expiresAt: 1, expiresIn: 1, scope: "s")),
+            ("DPoPProofResult", DPoPProofResult(proof: "p", accessToken: secret, expiresAt: 1, expiresIn: 1, scope: "s")),
+        ]
+        var requestProperties: Set<String> = []
+        for (type, value) in requests {
+            for child in Mirror(reflecting: value).children { requestProperties.insert("\(type).\(child.label ?? "?")") }
+        }
+        var replyProperties: Set<String> = []
+        for (type, value) in replies {
+            for child in Mirror(reflecting: value).children { replyProperties.insert("\(type).\(child.label ?? "?")") }
+        }
+        #expect(requestProperties == Set(TokenLineField.properties.keys))
+        #expect(replyProperties == Set(ReplyLineField.properties.keys))
+        // Written in the order of JSONEncoder's sorted keys.
+        #expect(TokenLineField.allCases.map(\.rawValue) == TokenLineField.allCases.map(\.rawValue).sorted())
+        #expect(ReplyLineField.allCases.map(\.rawValue) == ReplyLineField.allCases.map(\.rawValue).sorted())
+        // Every field Codable writes for a token request is one of the table's.
+        let line = try Self.encoder.encode(Request(id: .number(1), command: .token(token)))
+        let keys = try #require(try JSONSerialization.jsonObject(with: line) as? [String: Any]).keys
+        #expect(Set(keys).isSubset(of: Set(TokenLineField.allCases.map(\.rawValue))))
+    }
+
     @Test(arguments: Self.lines)
     func decodesAsJSONDecoderDoes(line: String) {
         Self.checkAgrees(Array(line.utf8))
