@@ -1,15 +1,15 @@
 import FoundationEssentials
-public import NIOPosix
-public import VaultProtocol
+package import NIOPosix
+package import VaultProtocol
 import VaultStore
 
 /// The account configurations, kept in one JSON file a person can read and
 /// edit (`accounts.json`). Secrets never go here.
-public struct AccountDirectory: Sendable {
-    public let path: String
+package struct AccountDirectory: Sendable {
+    package let path: String
     private let threadPool: NIOThreadPool
 
-    public init(path: String, threadPool: NIOThreadPool = .singleton) {
+    package init(path: String, threadPool: NIOThreadPool = .singleton) {
         self.path = path
         self.threadPool = threadPool
     }
@@ -23,12 +23,12 @@ public struct AccountDirectory: Sendable {
     }
 
     /// Reads the file at start-up; a missing file is an empty directory.
-    public func load() throws(VaultError) -> [AccountConfiguration] {
+    package func load() throws(VaultError) -> [AccountConfiguration] {
         try self.read()?.accounts ?? []
     }
 
     /// The backend the file says holds the secrets, if it says.
-    public func recordedBackend() throws(VaultError) -> Backend? {
+    package func recordedBackend() throws(VaultError) -> Backend? {
         try self.read()?.backend.flatMap(Backend.init(rawValue:))
     }
 
@@ -53,7 +53,7 @@ public struct AccountDirectory: Sendable {
         }
     }
 
-    public func save(_ accounts: [AccountConfiguration], backend: Backend) async throws(VaultError) {
+    package func save(_ accounts: [AccountConfiguration], backend: Backend) async throws(VaultError) {
         let bytes: [UInt8]
         do {
             bytes = Array(try LineCodec.json(File(backend: backend.rawValue, accounts: accounts.sorted { $0.name < $1.name }), pretty: true))

@@ -1,5 +1,5 @@
 import Logging
-public import VaultProtocol
+package import VaultProtocol
 import VaultStore
 
 extension Broker {
@@ -7,7 +7,7 @@ extension Broker {
     /// time: written to the target, read back and compared, and only then
     /// removed from the source, so no token is ever in neither. The daemon
     /// then uses the target, and accounts.json records it for the next start.
-    public func migrate(to name: Backend) async throws(VaultError) -> MigrationResult {
+    package func migrate(to name: Backend) async throws(VaultError) -> MigrationResult {
         let source = self.store
         guard source.backend != name else {
             return MigrationResult(from: name, to: name, moved: [])

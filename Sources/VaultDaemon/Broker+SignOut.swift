@@ -1,7 +1,7 @@
 import Logging
 import VaultCrypto
 import VaultOIDC
-public import VaultProtocol
+package import VaultProtocol
 import VaultStore
 
 extension Broker {
@@ -36,7 +36,7 @@ extension Broker {
     /// the issuer, so a slow issuer never keeps a token alive here.
     /// A revocation that fails still wipes, and says so. The account's
     /// sign-ins in progress end first.
-    public func signOut(_ name: String) async throws(VaultError) -> (SignOutReceipt, notified: Int) {
+    package func signOut(_ name: String) async throws(VaultError) -> (SignOutReceipt, notified: Int) {
         await self.endSignIns(of: name)
         return try await self.wipeAndRevoke(name)
     }
@@ -54,7 +54,7 @@ extension Broker {
     /// `signout` for one account or all of them. With all, every account is
     /// wiped here before any issuer is called, the revocations run at once,
     /// and every account gets a row, whatever failed for the others.
-    public func signOut(_ target: SignOutTarget) async throws(VaultError) -> SignOutResult {
+    package func signOut(_ target: SignOutTarget) async throws(VaultError) -> SignOutResult {
         switch target {
         case .account(let name):
             let (receipt, notified) = try await self.signOut(name)

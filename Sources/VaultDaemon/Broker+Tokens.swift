@@ -2,8 +2,8 @@ import Logging
 import VaultCrypto
 import VaultJSON
 import VaultOIDC
-public import VaultProtocol
-public import VaultServer
+package import VaultProtocol
+package import VaultServer
 import VaultStore
 
 /// Capped, jittered exponential backoff after the issuer could not be reached.
@@ -36,22 +36,21 @@ extension Broker {
 
     /// `token`: from memory when the cached token lives at least `minTTL` more
     /// seconds, else from exactly one refresh per account and scope set.
-    /// `identity`: the account the gate admitted the caller to; another
+    /// `admitted`: the account the gate admitted the caller to; another
     /// account of the name since is not served.
-    public func token(_ request: TokenRequest, for peer: Peer, identity: String? = nil) async throws(VaultError) -> TokenResult {
-        try await self.cachedToken(request, identity: identity).result(now: self.clock.now())
+    package func token(_ request: TokenRequest, for peer: Peer, admitted: Admitted) async throws(VaultError) -> TokenResult {
+        try await self.cachedToken(request, admitted: admitted).result(now: self.clock.now())
     }
 
     /// `token`'s token, with the DPoP key it is bound to (nil: a bearer token).
-    func boundToken(_ request: TokenRequest, identity: String?) async throws(VaultError) -> (TokenResult, DPoPKey?) {
-        let token = try await self.cachedToken(request, identity: identity)
+    func boundToken(_ request: TokenRequest, admitted: Admitted) async throws(VaultError) -> (TokenResult, DPoPKey?) {
+        let token = try await self.cachedToken(request, admitted: admitted)
         return (token.result(now: self.clock.now()), token.dpop)
     }
 
-    private func cachedToken(_ request: TokenRequest, identity: String?) async throws(VaultError) -> CachedToken {
+    private func cachedToken(_ request: TokenRequest, admitted: Admitted) async throws(VaultError) -> CachedToken {
         let name = request.account
-        guard let account = self.accounts[name] else { throw VaultError.unknownAccount(name) }
-        try Self.checkAdmitted(account.configuration, identity)
+        let account = try self.admittedAccount(name, admitted)
         let scopes = request.scopes ?? account.configuration.scopes
         let key = TokenCache.key(scopes)
         let now = self.clock.now()
@@ -89,25 +88,25 @@ extension Broker {
 
     /// How many callers wait on a refresh of `account` now; tests wait on
     /// this condition instead of on time.
-    public func waitingCallers(account: String) -> Int {
+    package func waitingCallers(account: String) -> Int {
         self.accounts[account]?.waiting ?? 0
     }
 
     /// Whether a refresh of `account` is under way (one asked for ahead of
     /// expiry has no caller waiting on it); for tests.
-    public func isRefreshing(account: String) -> Bool {
+    package func isRefreshing(account: String) -> Bool {
         !(self.accounts[account]?.refreshing.isEmpty ?? true)
     }
 
     /// How many times the heap was trimmed after a burst; for tests.
-    public nonisolated var heapTrims: Int { self.heapTrim.count }
+    package nonisolated var heapTrims: Int { self.heapTrim.count }
 
     /// Whether a trim of the C heap is due; for tests.
-    public nonisolated var heapTrimPending: Bool { self.heapTrim.isPending }
+    package nonisolated var heapTrimPending: Bool { self.heapTrim.isPending }
 
     /// How many refreshes `account` keeps a handle on: only those under way;
     /// for tests.
-    public func heldRefreshes(account: String) -> Int {
+    package func heldRefreshes(account: String) -> Int {
         guard let account = self.accounts[account] else { return 0 }
         var serials = Set(account.refreshing.values.map(\.serial))
         if let spending = account.spending { serials.insert(spending.serial) }
@@ -163,10 +162,9 @@ extension Broker {
     /// in its `allowed_clients`. Every release is an audit line (who, when,
     /// which account; never the token).
     /// Whether the caller may have it is the gate's to say (`Gate`), before
-    /// this runs; `identity` is the account it admitted the caller to.
-    public func releaseRefreshToken(account name: String, for peer: Peer, identity: String?) throws(VaultError) -> RefreshTokenResult {
-        guard let account = self.accounts[name] else { throw VaultError.unknownAccount(name) }
-        try Self.checkAdmitted(account.configuration, identity)
+    /// this runs; `admitted` is the account it admitted the caller to.
+    package func releaseRefreshToken(account name: String, for peer: Peer, admitted: Admitted) throws(VaultError) -> RefreshTokenResult {
+        _ = try self.admittedAccount(name, admitted)
         try self.checkSignedIn(name)
         guard let refreshToken = self.accounts[name]?.secrets.refreshToken else {
             throw VaultError.notSignedIn(name)
@@ -183,9 +181,8 @@ extension Broker {
     }
 
     /// `claims`: the account's last validated ID token.
-    public func claims(account name: String, for peer: Peer, identity: String? = nil) throws(VaultError) -> ClaimsResult {
-        guard let account = self.accounts[name] else { throw VaultError.unknownAccount(name) }
-        try Self.checkAdmitted(account.configuration, identity)
+    package func claims(account name: String, for peer: Peer, admitted: Admitted) throws(VaultError) -> ClaimsResult {
+        let account = try self.admittedAccount(name, admitted)
         try self.checkSignedIn(name)
         guard let claims = account.claims?.value else {
             throw VaultError.noIDTokenYet(name)
@@ -194,8 +191,8 @@ extension Broker {
     }
 
     /// `userinfo`: the issuer's userinfo, fetched with a fresh access token.
-    public func userinfo(account name: String, for peer: Peer, identity: String? = nil) async throws(VaultError) -> UserinfoResult {
-        let (token, key) = try await self.boundToken(TokenRequest(account: name), identity: identity)
+    package func userinfo(account name: String, for peer: Peer, admitted: Admitted) async throws(VaultError) -> UserinfoResult {
+        let (token, key) = try await self.boundToken(TokenRequest(account: name), admitted: admitted)
         guard let configuration = self.accounts[name]?.configuration else { throw VaultError.unknownAccount(name) }
         let client = ClientCredentials(clientID: configuration.clientID, secret: nil, dpop: key)
         do {
@@ -385,10 +382,14 @@ extension Broker {
         guard account.secrets.refreshToken != nil else { throw VaultError.notSignedIn(name) }
     }
 
-    /// The account is still the one the gate admitted the caller to (nil: no gate asked).
-    static func checkAdmitted(_ configuration: AccountConfiguration, _ identity: String?) throws(VaultError) {
-        guard let identity, configuration.identity != identity else { return }
-        throw VaultError.unknownAccount(configuration.name)
+    /// The account `name`, while it is the one the gate admitted the caller
+    /// to: not one removed since, nor one added under the name since (nor
+    /// since the gate found no account of that name).
+    private func admittedAccount(_ name: String, _ admitted: Admitted) throws(VaultError) -> Account {
+        guard admitted.account == name, let account = self.accounts[name], let identity = account.configuration.identity,
+            identity == admitted.identity
+        else { throw VaultError.unknownAccount(name) }
+        return account
     }
 }
 

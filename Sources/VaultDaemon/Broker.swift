@@ -1,14 +1,14 @@
-public import Logging
-public import VaultCrypto
+package import Logging
+package import VaultCrypto
 import VaultJSON
-public import VaultOIDC
-public import VaultProtocol
-public import VaultStore
+package import VaultOIDC
+package import VaultProtocol
+package import VaultStore
 
 /// Owns the accounts: their configuration, their secrets in memory, and the
 /// store those secrets rest in. One actor, so every change to an account is
 /// ordered; the store's blocking work runs on the I/O thread pool.
-public actor Broker {
+package actor Broker {
     var store: any SecretStore
     /// Other backends that may hold an account's secrets (left there by an
     /// earlier configuration): sign-out empties them too, `migrate` moves to one.
@@ -22,9 +22,9 @@ public actor Broker {
     let logger: Logger
     var accounts: [String: Account] = [:]
     /// Access tokens, readable from the event loops without this actor.
-    public nonisolated let cache = TokenCache()
+    package nonisolated let cache = TokenCache()
     /// Subscribers, told of sign-ins, refreshes and lost sessions.
-    public nonisolated let events: any EventSink
+    package nonisolated let events: any EventSink
     /// The sign-in flows, which the broker ends when an account's secrets go.
     nonisolated let signInFlows = SignInFlowsLink()
     /// Every read and write of secrets, in the order the broker asked for them.
@@ -32,7 +32,7 @@ public actor Broker {
     /// Every write of accounts.json, each of the configuration as it is then.
     let directoryWrites = SerialQueue()
     /// The work done later or beside a request, on `clock`: run by the daemon.
-    public nonisolated let chores: Chores
+    package nonisolated let chores: Chores
     /// Returns the heap's free pages after bursts of refreshes and account changes.
     nonisolated let heapTrim: HeapTrim
     /// Numbers each refresh, so a finished one removes only itself.
@@ -74,7 +74,7 @@ public actor Broker {
         var username: String? { self.claims?.username }
     }
 
-    public init(
+    package init(
         store: any SecretStore,
         alsoWipe: [any SecretStore] = [],
         backendReason: String? = nil,
@@ -113,7 +113,7 @@ public actor Broker {
     }
 
     /// Loads every account's secrets into memory; a locked store loads nothing.
-    public func start() async throws(VaultError) {
+    package func start() async throws(VaultError) {
         if self.identitiesToSave {
             try await self.saveDirectory()
             self.identitiesToSave = false
@@ -150,7 +150,7 @@ public actor Broker {
 
     // MARK: Operations
 
-    public func status() async -> StatusResult {
+    package func status() async -> StatusResult {
         await self.saveUnsaved()
         var reason = self.backendReason
         if let unreachable = self.keyringUnreachable {
@@ -216,7 +216,7 @@ public actor Broker {
         return found
     }
 
-    public func add(_ addition: AccountAddition) async throws(VaultError) -> AccountResult {
+    package func add(_ addition: AccountAddition) async throws(VaultError) -> AccountResult {
         var shared = SharedText(self.accounts.values.lazy.map(\.configuration))
         var configuration = shared.share(addition.configuration)
         try AccountValidation.validate(configuration)
@@ -272,7 +272,7 @@ public actor Broker {
 
     /// Signs the account out (revoking its refresh token), then forgets it
     /// and whatever secret it still had (a client secret).
-    public func remove(_ name: String) async throws(VaultError) -> RemovalResult {
+    package func remove(_ name: String) async throws(VaultError) -> RemovalResult {
         guard self.accounts[name] != nil else { throw VaultError.unknownAccount(name) }
         await self.endSignIns(of: name)
         var receipt = SignOutReceipt(name: name, revoked: .no, wiped: [.memory])
@@ -304,7 +304,7 @@ public actor Broker {
     /// before the key goes, and the token read again at `unlock` is the live
     /// one. No refresh starts meanwhile (`requireUnlocked`); the wait is
     /// bounded by the issuer timeout of each.
-    public func lock() async {
+    package func lock() async {
         self.locking += 1
         while let spending = self.accounts.values.lazy.compactMap(\.spending).first {
             _ = await spending.task.value
@@ -319,7 +319,7 @@ public actor Broker {
         self.logger.notice("vault locked; secrets dropped from memory")
     }
 
-    public func unlock(passphrase: SecretBytes?) async throws(VaultError) {
+    package func unlock(passphrase: SecretBytes?) async throws(VaultError) {
         do {
             try await self.store.unlock(passphrase: passphrase)
         } catch {

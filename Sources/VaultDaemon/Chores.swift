@@ -15,8 +15,8 @@ import Synchronization
 /// the issuer would otherwise keep live with nothing here holding it)
 /// begins at the stop if it had not, and is never cancelled: it ends by its
 /// own bound (the issuer timeout), and the daemon's stop waits for it.
-public final class Chores: Sendable {
-    public struct Ticket: Hashable, Sendable {
+package final class Chores: Sendable {
+    package struct Ticket: Hashable, Sendable {
         fileprivate let number: UInt64
     }
 
@@ -40,13 +40,13 @@ public final class Chores: Sendable {
     let clock: any WallClock
     private let state = Mutex(State())
 
-    public init(clock: any WallClock) {
+    package init(clock: any WallClock) {
         self.clock = clock
     }
 
     /// Runs `work` once the clock reaches `due`.
     @discardableResult
-    public func at(_ due: Double, _ work: @escaping @Sendable () async -> Void) -> Ticket {
+    package func at(_ due: Double, _ work: @escaping @Sendable () async -> Void) -> Ticket {
         self.add(Chore(due: due, work: work))
     }
 
@@ -54,7 +54,7 @@ public final class Chores: Sendable {
     /// not begun by then; once begun it is not cancelled, so `work` must
     /// bound itself.
     @discardableResult
-    public func finish(_ work: @escaping @Sendable () async -> Void) -> Ticket {
+    package func finish(_ work: @escaping @Sendable () async -> Void) -> Ticket {
         self.add(Chore(due: -.infinity, work: work, mustFinish: true))
     }
 
@@ -74,28 +74,28 @@ public final class Chores: Sendable {
 
     /// Runs `work` `seconds` from now.
     @discardableResult
-    public func after(_ seconds: Double, _ work: @escaping @Sendable () async -> Void) -> Ticket {
+    package func after(_ seconds: Double, _ work: @escaping @Sendable () async -> Void) -> Ticket {
         self.at(self.clock.now() + seconds, work)
     }
 
     /// Runs `work` as soon as `run` gets to it.
     @discardableResult
-    public func soon(_ work: @escaping @Sendable () async -> Void) -> Ticket {
+    package func soon(_ work: @escaping @Sendable () async -> Void) -> Ticket {
         self.at(-.infinity, work)
     }
 
     /// Drops the chore if it has not begun.
-    public func cancel(_ ticket: Ticket?) {
+    package func cancel(_ ticket: Ticket?) {
         guard let ticket else { return }
         self.state.withLock { _ = $0.pending.removeValue(forKey: ticket.number) }
     }
 
     /// Chores not yet begun; for tests.
-    public var pending: Int { self.state.withLock { $0.pending.count } }
+    package var pending: Int { self.state.withLock { $0.pending.count } }
 
     /// Whether no chore is due now and none is under way: a test that moved
     /// the clock waits for this.
-    public var isQuiet: Bool {
+    package var isQuiet: Bool {
         let now = self.clock.now()
         return self.state.withLock { state in
             state.running == 0 && !state.pending.values.contains { $0.due <= now }
@@ -104,7 +104,7 @@ public final class Chores: Sendable {
 
     /// Runs the chores as they fall due, until `stop` or cancellation; then
     /// cancels those under way and returns once they have ended.
-    public func run() async {
+    package func run() async {
         await withDiscardingTaskGroup { group in
             running: while !Task.isCancelled {
                 let next: Double?
@@ -141,7 +141,7 @@ public final class Chores: Sendable {
     }
 
     /// Ends `run`: no chore begins after this but those that must finish.
-    public func stop() {
+    package func stop() {
         let wake = self.state.withLock { state in
             state.stopped = true
             state.pending = state.pending.filter(\.value.mustFinish)

@@ -1,11 +1,11 @@
-public import Logging
-public import ServiceLifecycle
+package import Logging
+import ServiceLifecycle
 import Synchronization
 import UnixSignals
-public import VaultOIDC
+package import VaultOIDC
 import VaultProtocol
-public import VaultServer
-public import VaultStore
+package import VaultServer
+package import VaultStore
 
 /// The daemon, assembled in one place from one configuration: the stores and
 /// the choice of backend, the broker, the sign-in flows, the shares and the
@@ -18,35 +18,35 @@ public import VaultStore
 /// shutdown and then drains. vaultd calls `runService()`, which adds the
 /// watchdog and SIGTERM/SIGINT; the tests run the same `Daemon` in a
 /// `ServiceGroup` of their own.
-public final class Daemon: Service, Sendable {
-    public enum BackendChoice: String, Sendable, CaseIterable {
+package final class Daemon: Service, Sendable {
+    package enum BackendChoice: String, Sendable, CaseIterable {
         case auto, file, keyring
     }
 
-    public enum KeySourceChoice: String, Sendable, CaseIterable {
+    package enum KeySourceChoice: String, Sendable, CaseIterable {
         case keyfile, passphrase, credential
     }
 
-    public struct Configuration: Sendable {
-        public var paths: DaemonPaths
-        public var socket: SocketServer.Configuration
+    package struct Configuration: Sendable {
+        package var paths: DaemonPaths
+        package var socket: SocketServer.Configuration
         /// The socket's folder is the daemon's own (the default one): made and kept 0700.
-        public var ownsSocketFolder = false
-        public var backend: BackendChoice = .auto
-        public var keySource: KeySource
+        package var ownsSocketFolder = false
+        package var backend: BackendChoice = .auto
+        package var keySource: KeySource
         /// Whether the Secret Service is asked at all (a test keeps to the file).
-        public var asksKeyring = true
+        package var asksKeyring = true
         /// Exit once no connection has been open this long (socket activation).
-        public var exitIdleAfter: Duration?
+        package var exitIdleAfter: Duration?
         /// Ping systemd's watchdog this often.
-        public var watchdog: Duration?
-        public var oidc = OIDCClient.Configuration()
-        public var clock: any WallClock = SystemClock()
-        public var events = EventHub()
+        package var watchdog: Duration?
+        package var oidc = OIDCClient.Configuration()
+        package var clock: any WallClock = SystemClock()
+        package var events = EventHub()
         /// Wraps the store in use (a test slows or fails it).
-        public var wrapStore: @Sendable (any SecretStore) -> any SecretStore = { $0 }
+        package var wrapStore: @Sendable (any SecretStore) -> any SecretStore = { $0 }
 
-        public init(paths: DaemonPaths, socket: String, keySource: KeySource) {
+        package init(paths: DaemonPaths, socket: String, keySource: KeySource) {
             self.paths = paths
             self.socket = SocketServer.Configuration(path: socket)
             self.keySource = keySource
@@ -54,7 +54,7 @@ public final class Daemon: Service, Sendable {
 
         /// vaultd's: its flags, the environment (XDG, `$TOKENVAULT_SOCKET`,
         /// `$CREDENTIALS_DIRECTORY`) and what systemd passed (a socket, a watchdog).
-        public static func fromEnvironment(
+        package static func fromEnvironment(
             socket: String?,
             backend: BackendChoice,
             keySource: KeySourceChoice,
@@ -94,9 +94,9 @@ public final class Daemon: Service, Sendable {
         }
     }
 
-    public let configuration: Configuration
-    public let broker: Broker
-    public let dispatcher: Dispatcher
+    package let configuration: Configuration
+    package let broker: Broker
+    package let dispatcher: Dispatcher
     let logger: Logger
     /// The backend in use at start, for systemd's status line.
     private let backend: Backend
@@ -107,7 +107,7 @@ public final class Daemon: Service, Sendable {
 
     /// Takes the vault's lock, opens the stores, chooses the backend and
     /// starts the broker. Nothing listens yet.
-    public init(_ configuration: Configuration, logger: Logger) async throws {
+    package init(_ configuration: Configuration, logger: Logger) async throws {
         let paths = configuration.paths
         // What is read from these folders says where refresh tokens go and
         // holds them sealed: no other user may be able to write any of it.
@@ -152,7 +152,7 @@ public final class Daemon: Service, Sendable {
     /// until no connection has been open that long); then stops accepting and
     /// gives the requests under way up to 5 s to be answered. The broker's
     /// chores run beside it, and end with it.
-    public func run() async throws {
+    package func run() async throws {
         let chores = self.broker.chores
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { await chores.run() }
@@ -223,7 +223,7 @@ public final class Daemon: Service, Sendable {
     /// The dispatcher for `broker`, with the sign-in flows and the shares it
     /// runs; a share's socket is a socket server that answers through the
     /// same dispatcher, restricted to the share's grant.
-    public static func dispatcher(broker: Broker, events: EventHub, clock: any WallClock, logger: Logger) -> Dispatcher {
+    package static func dispatcher(broker: Broker, events: EventHub, clock: any WallClock, logger: Logger) -> Dispatcher {
         let signIns = SignIns(broker: broker, oidc: broker.oidc, events: events, logger: logger)
         // A share's dispatcher needs the shares, whose listener makes it: the
         // listener holds them weakly, so they and the broker are not kept
@@ -250,14 +250,14 @@ public final class Daemon: Service, Sendable {
     }
 
     /// The socket server, once `run` listens.
-    public func listening() async throws -> SocketServer {
+    package func listening() async throws -> SocketServer {
         try await self.server.value()
     }
 
     /// Runs the daemon as vaultd does: with systemd's watchdog, until SIGTERM
     /// or SIGINT (or the idle exit). The socket opens inside the service
     /// group, so a signal is handled from before the first connection.
-    public func runService() async throws {
+    package func runService() async throws {
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
             .init(service: self, successTerminationBehavior: .gracefullyShutdownGroup)
         ]

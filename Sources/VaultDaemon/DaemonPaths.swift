@@ -1,20 +1,20 @@
 import Glibc
-public import VaultProtocol
+package import VaultProtocol
 
 /// Where the daemon keeps its files, after the XDG base-directory rules.
-public struct DaemonPaths: Sendable, Hashable {
+package struct DaemonPaths: Sendable, Hashable {
     /// `$XDG_STATE_HOME/tokenvault`: the sealed vault, its key file, the lock.
-    public var stateDirectory: String
+    package var stateDirectory: String
     /// `$XDG_CONFIG_HOME/tokenvault`: account configuration, readable, no secrets.
-    public var configDirectory: String
+    package var configDirectory: String
 
-    public init(stateDirectory: String, configDirectory: String) {
+    package init(stateDirectory: String, configDirectory: String) {
         self.stateDirectory = stateDirectory
         self.configDirectory = configDirectory
     }
 
     /// The paths from the environment; HOME is the fallback the XDG rules name.
-    public static func fromEnvironment() throws(VaultError) -> DaemonPaths {
+    package static func fromEnvironment() throws(VaultError) -> DaemonPaths {
         func base(_ variable: String, _ fallback: String) throws(VaultError) -> String {
             if let value = TokenVault.environment(variable), value.hasPrefix("/") { return value }
             guard let home = TokenVault.environment("HOME") else {
@@ -28,8 +28,8 @@ public struct DaemonPaths: Sendable, Hashable {
         )
     }
 
-    public var vaultFile: String { self.stateDirectory + "/vault.sealed" }
-    public var defaultKeyFile: String { self.stateDirectory + "/vault.key" }
-    public var lockFile: String { self.stateDirectory + "/vaultd.lock" }
-    public var accountsFile: String { self.configDirectory + "/accounts.json" }
+    package var vaultFile: String { self.stateDirectory + "/vault.sealed" }
+    package var defaultKeyFile: String { self.stateDirectory + "/vault.key" }
+    package var lockFile: String { self.stateDirectory + "/vaultd.lock" }
+    package var accountsFile: String { self.configDirectory + "/accounts.json" }
 }

@@ -1,21 +1,21 @@
-public import Logging
+package import Logging
 import VaultOIDC
-public import VaultProtocol
-public import VaultServer
+package import VaultProtocol
+package import VaultServer
 
 /// The protocol in one place: a decoded request and its peer in, a reply
 /// out (the socket layer's `RequestHandler`). A cached token is answered at
 /// once, on the connection's event loop; everything else is `.pending`.
-public struct Dispatcher: RequestHandler {
+package struct Dispatcher: RequestHandler {
     let broker: Broker
-    public let signIns: SignIns
-    public let shares: Shares
+    package let signIns: SignIns
+    package let shares: Shares
     let clock: any WallClock
     let logger: Logger
     /// Set on a share's socket: what it lets through.
     private(set) var grant: ShareGrant?
 
-    public init(broker: Broker, signIns: SignIns, shares: Shares, clock: any WallClock = SystemClock(), logger: Logger) {
+    package init(broker: Broker, signIns: SignIns, shares: Shares, clock: any WallClock = SystemClock(), logger: Logger) {
         self.broker = broker
         self.signIns = signIns
         self.shares = shares
@@ -30,7 +30,7 @@ public struct Dispatcher: RequestHandler {
         return restricted
     }
 
-    public func handle(_ request: Request, from peer: Peer) -> Reply {
+    package func handle(_ request: Request, from peer: Peer) -> Reply {
         let id = request.id
         var command: Command
         switch request.command {
@@ -44,19 +44,11 @@ public struct Dispatcher: RequestHandler {
         // The account named, read once: the gate admits the caller to this
         // account, and what runs after serves only this one (its identity).
         let cache = self.broker.cache
-        let named = Self.account(of: command)
-        let admitted = named.flatMap(cache.policy(of:))
-        let identity = admitted?.identity
-        switch Gate.admit(
-            command,
-            from: peer,
-            through: self.grant,
-            uptime: self.clock.uptime(),
-            accounts: cache.accounts,
-            policy: { $0 == named ? admitted : cache.policy(of: $0) }
-        ) {
-        case .success(let admitted):
-            command = admitted
+        let admitted: Admitted?
+        switch Gate.admit(command, from: peer, through: self.grant, uptime: self.clock.uptime(), accounts: cache.accounts, policy: cache.policy(of:)) {
+        case .success(let admission):
+            command = admission.command
+            admitted = admission.account
         case .failure(let error):
             if case .refreshToken(let account) = command {
                 self.logger.notice("refresh token withheld", metadata: peer.auditMetadata.merging(["account": "\(account)"]) { $1 })
@@ -73,14 +65,14 @@ public struct Dispatcher: RequestHandler {
                 Gate.visible(await self.broker.status(), through: grant, policy: cache.policy(of:))
             }
         }
-        switch command {
-        case .hello:
+        switch (command, admitted) {
+        case (.hello, _):
             return .ready(Response(id: id, HelloResult()))
-        case .status:
+        case (.status, _):
             return self.later(id) { () throws(VaultError) in await self.broker.status() }
-        case .accountAdd(let addition):
+        case (.accountAdd(let addition), _):
             return self.later(id) { () throws(VaultError) in try await self.broker.add(addition) }
-        case .accountRemove(let name):
+        case (.accountRemove(let name), _):
             // The broker ends the account's sign-ins first, as sign-out does;
             // then every share that holds the account ends.
             return self.later(id) { () throws(VaultError) in
@@ -89,16 +81,16 @@ public struct Dispatcher: RequestHandler {
                 if let identity { await self.shares.end(holding: identity) }
                 return removed
             }
-        case .lock:
+        case (.lock, _):
             return self.later(id) { () throws(VaultError) in
                 await self.broker.lock()
                 return EmptyResult()
             }
-        case .token(let token) where !token.forceRefresh:
+        case (.token(let token), let admitted?) where !token.forceRefresh:
             // The hot path: a cached token is answered here, on the event loop.
             switch cache.lookup(
                 account: token.account,
-                identity: identity,
+                identity: admitted.identity,
                 scopes: token.scopes,
                 minTTL: token.minTTL,
                 now: self.clock.now()
@@ -114,14 +106,14 @@ public struct Dispatcher: RequestHandler {
                 }
             case .miss:
                 if let refused = self.shareMayNotRefresh(token) { return .ready(Response(id: id, error: refused)) }
-                return self.later(id) { () throws(VaultError) in try await self.releaseToken(token, peer, identity) }
+                return self.later(id) { () throws(VaultError) in try await self.releaseToken(token, peer, admitted) }
             }
-        case .token(let token):
-            return self.later(id) { () throws(VaultError) in try await self.releaseToken(token, peer, identity) }
-        case .dpopProof(let ask) where !ask.token.forceRefresh:
+        case (.token(let token), let admitted?):
+            return self.later(id) { () throws(VaultError) in try await self.releaseToken(token, peer, admitted) }
+        case (.dpopProof(let ask), let admitted?) where !ask.token.forceRefresh:
             // As `token`: a cached token's proof is made here, on the event loop.
             let token = ask.token
-            switch cache.lookup(account: token.account, identity: identity, scopes: token.scopes, minTTL: token.minTTL, now: self.clock.now()) {
+            switch cache.lookup(account: token.account, identity: admitted.identity, scopes: token.scopes, minTTL: token.minTTL, now: self.clock.now()) {
             case .hit(let result, let key, let refreshAhead):
                 if refreshAhead { self.refreshAhead(token) }
                 do throws(VaultError) {
@@ -131,75 +123,68 @@ public struct Dispatcher: RequestHandler {
                 }
             case .miss:
                 if let refused = self.shareMayNotRefresh(token) { return .ready(Response(id: id, error: refused)) }
-                return self.later(id) { () throws(VaultError) in try await self.proveFresh(ask, peer, identity) }
+                return self.later(id) { () throws(VaultError) in try await self.proveFresh(ask, peer, admitted) }
             }
-        case .dpopProof(let ask):
-            return self.later(id) { () throws(VaultError) in try await self.proveFresh(ask, peer, identity) }
-        case .dpopNonce(let account, let origin, let nonce):
+        case (.dpopProof(let ask), let admitted?):
+            return self.later(id) { () throws(VaultError) in try await self.proveFresh(ask, peer, admitted) }
+        case (.dpopNonce(let account, let origin, let nonce), let admitted?):
             if let grant = self.grant {
                 // The gate admitted the account shared; its nonce stays with the share.
                 grant.ledger.record(nonce, origin: origin, account: account)
-            } else if !cache.recordNonce(nonce, origin: origin, account: account, identity: identity) {
+            } else if !cache.recordNonce(nonce, origin: origin, account: account, identity: admitted.identity) {
                 return .ready(Response(id: id, error: .unknownAccount(account)))
             }
             return .ready(Response(id: id, EmptyResult()))
-        case .claims(let account):
-            return self.later(id) { () throws(VaultError) in try await self.broker.claims(account: account, for: peer, identity: identity) }
-        case .userinfo(let account):
-            return self.later(id) { () throws(VaultError) in try await self.broker.userinfo(account: account, for: peer, identity: identity) }
-        case .signinStart(let start):
+        case (.claims(let account), let admitted?):
+            return self.later(id) { () throws(VaultError) in try await self.broker.claims(account: account, for: peer, admitted: admitted) }
+        case (.userinfo(let account), let admitted?):
+            return self.later(id) { () throws(VaultError) in try await self.broker.userinfo(account: account, for: peer, admitted: admitted) }
+        case (.signinStart(let start), _):
             return self.later(id) { () throws(VaultError) in try await self.signIns.start(start) }
-        case .signinSubmitCode(let flow, let code):
+        case (.signinSubmitCode(let flow, let code), _):
             return self.later(id) { () throws(VaultError) in try await self.signIns.submitCode(flow: flow, code: code) }
-        case .signinResendCode(let flow):
+        case (.signinResendCode(let flow), _):
             return self.later(id) { () throws(VaultError) in try await self.signIns.resendCode(flow: flow) }
-        case .signinSubmitPassword(let flow, let password):
+        case (.signinSubmitPassword(let flow, let password), _):
             return self.later(id) { () throws(VaultError) in
                 try await self.signIns.submitPassword(flow: flow, password: password)
             }
-        case .signinWait(let flow, let timeoutMs):
+        case (.signinWait(let flow, let timeoutMs), _):
             return self.later(id) { () throws(VaultError) in try await self.signIns.wait(flow: flow, timeoutMs: timeoutMs) }
-        case .signinCancel(let flow):
+        case (.signinCancel(let flow), _):
             return self.later(id) { () throws(VaultError) in try await self.signIns.cancel(flow: flow) }
-        case .refreshToken(let account):
+        case (.refreshToken(let account), let admitted?):
             return self.later(id) { () throws(VaultError) in
-                try await self.broker.releaseRefreshToken(account: account, for: peer, identity: identity)
+                try await self.broker.releaseRefreshToken(account: account, for: peer, admitted: admitted)
             }
-        case .shareOpen(let open):
+        case (.shareOpen(let open), _):
             return self.later(id) { () throws(VaultError) in
                 let known = try await self.broker.configurations(open.accounts)
                 return try await self.shares.open(open, accounts: known)
             }
-        case .shareList:
+        case (.shareList, _):
             return self.later(id) { () throws(VaultError) in await self.shares.list() }
-        case .shareClose(let target):
+        case (.shareClose(let target), _):
             return self.later(id) { () throws(VaultError) in try await self.shares.close(target) }
-        case .migrate(let target):
+        case (.migrate(let target), _):
             return self.later(id) { () throws(VaultError) in try await self.broker.migrate(to: target) }
-        case .signout(let target):
+        case (.signout(let target), _):
             return self.later(id) { () throws(VaultError) in try await self.broker.signOut(target) }
-        case .subscribe(let accounts):
+        case (.subscribe(let accounts), _):
             return .subscribe(Response(id: id, SubscribeResult(accounts: accounts)), accounts: accounts)
-        case .unlock(let passphrase):
+        case (.unlock(let passphrase), _):
             return self.later(id) { () throws(VaultError) in
                 try await self.broker.unlock(passphrase: passphrase)
                 return EmptyResult()
             }
+        case (.token, nil), (.dpopProof, nil), (.dpopNonce, nil), (.claims, nil), (.userinfo, nil), (.refreshToken, nil):
+            // The gate admits every command that names an account to it.
+            return .ready(Response(id: id, error: .unknownAccount(Gate.account(of: command) ?? "")))
         }
     }
 
-    /// The account a command names, which the gate admits the caller to.
-    private static func account(of command: Command) -> String? {
-        switch command {
-        case .token(let request): request.account
-        case .dpopProof(let request): request.token.account
-        case .claims(let name), .userinfo(let name), .refreshToken(let name), .dpopNonce(let name, _, _): name
-        default: nil
-        }
-    }
-
-    private func releaseToken(_ request: TokenRequest, _ peer: Peer, _ identity: String?) async throws(VaultError) -> TokenResult {
-        let token = try await self.broker.token(request, for: peer, identity: identity)
+    private func releaseToken(_ request: TokenRequest, _ peer: Peer, _ admitted: Admitted) async throws(VaultError) -> TokenResult {
+        let token = try await self.broker.token(request, for: peer, admitted: admitted)
         let result = try Gate.release(token, of: request.account, through: self.grant, policy: self.broker.cache.policy(of:)).get()
         self.audit(request.account, peer)
         return result
@@ -222,8 +207,8 @@ public struct Dispatcher: RequestHandler {
     }
 
     /// `dpop.proof` when no cached token serves it: the token as `token` gets it, then the proof.
-    private func proveFresh(_ ask: DPoPProofRequest, _ peer: Peer, _ identity: String?) async throws(VaultError) -> DPoPProofResult {
-        let (result, key) = try await self.broker.boundToken(ask.token, identity: identity)
+    private func proveFresh(_ ask: DPoPProofRequest, _ peer: Peer, _ admitted: Admitted) async throws(VaultError) -> DPoPProofResult {
+        let (result, key) = try await self.broker.boundToken(ask.token, admitted: admitted)
         return try self.prove(ask, result, key, peer)
     }
 

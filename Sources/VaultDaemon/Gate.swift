@@ -1,31 +1,44 @@
 import Synchronization
-import VaultProtocol
-import VaultServer
+package import VaultProtocol
+package import VaultServer
 
 /// What a door of the vault grants. The main socket is the user's own door
 /// and grants what the user asks; a share grants named accounts (by
 /// identity, so an account removed and added again under the same name is
 /// not shared), each within a set of scopes.
-public struct ShareGrant: Sendable {
-    public struct Account: Sendable {
+package struct ShareGrant: Sendable {
+    package struct Account: Sendable {
         /// The account's identity when it was shared.
-        public let identity: String
+        package let identity: String
         /// The scopes a token through the share may carry: the share's
         /// `scopes`, else the account's configured scopes.
-        public let scopes: [String]
+        package let scopes: [String]
+
+        package init(identity: String, scopes: [String]) {
+            self.identity = identity
+            self.scopes = scopes
+        }
     }
 
-    public let id: String
-    public let accounts: [String: Account]
+    package let id: String
+    package let accounts: [String: Account]
     /// The scopes the share was opened with; nil: each account's own.
-    public let scopes: [String]?
+    package let scopes: [String]?
     /// Whether the share makes DPoP proofs (`dpop.proof`, `dpop.nonce`).
-    public let dpop: Bool
+    package let dpop: Bool
     /// When the share ends, on the clock nobody can set (`WallClock.uptime`);
     /// nil: at `share.close` or when vaultd stops.
-    public let deadline: Double?
+    package let deadline: Double?
     /// What the share's clients changed, kept with the share.
     let ledger = ShareLedger()
+
+    package init(id: String, accounts: [String: Account], scopes: [String]?, dpop: Bool, deadline: Double?) {
+        self.id = id
+        self.accounts = accounts
+        self.scopes = scopes
+        self.dpop = dpop
+        self.deadline = deadline
+    }
 
     /// Whether the share is past its ttl at `uptime`.
     func hasExpired(at uptime: Double) -> Bool {
@@ -74,6 +87,30 @@ final class ShareLedger: Sendable {
     }
 }
 
+/// What the gate let a request be, and the account it admitted the caller
+/// to: the dispatcher runs `command`, and the broker's paths that hand out
+/// a token, a proof, claims or the refresh token require `account`.
+package struct Admission: Sendable {
+    package let command: Command
+    /// Nil when the command names no account.
+    package let account: Admitted?
+}
+
+/// The gate's word that a caller may be served an account, as the account
+/// was when the gate looked. Only the gate makes one, so a path that hands
+/// out a token cannot be called without the gate having been asked.
+package struct Admitted: Sendable {
+    package let account: String
+    /// The account's identity then; nil when there was no account of that
+    /// name, and then no account that takes the name later is served.
+    package let identity: String?
+
+    fileprivate init(account: String, identity: String?) {
+        self.account = account
+        self.identity = identity
+    }
+}
+
 /// The one gate every way out of the vault passes through: the dispatcher
 /// asks it what a request may be before anything runs (`admit`) and whether
 /// a token may leave through this door (`release`). It decides from the
@@ -110,10 +147,44 @@ final class ShareLedger: Sendable {
 /// - `dpop.nonce` records for the share's own proofs only; the scope sets
 ///   a share may have the vault refresh for are bounded (`ShareLedger`);
 /// - `status` shows its accounts and `locked`, nothing of the backend.
-enum Gate {
+package enum Gate {
     /// What `command` from `peer` may be through the door `grant` (nil: the
-    /// main socket). `policy` tells what is known of the account of a name now.
-    static func admit(
+    /// main socket), and the account it was admitted to. `policy` tells what
+    /// is known of the account of a name now; the account the command names
+    /// is read once, so the admission and the identity it carries agree.
+    package static func admit(
+        _ command: Command,
+        from peer: Peer,
+        through grant: ShareGrant?,
+        uptime: @autoclosure () -> Double,
+        accounts: @autoclosure () -> [String],
+        policy: (String) -> AccountPolicy?
+    ) -> Result<Admission, VaultError> {
+        let named = Self.account(of: command)
+        let namedPolicy = named.flatMap(policy)
+        let policy = { (name: String) in name == named ? namedPolicy : policy(name) }
+        let admitted = named.map { Admitted(account: $0, identity: namedPolicy?.identity) }
+        return Self.command(command, from: peer, through: grant, uptime: uptime(), accounts: accounts(), policy: policy)
+            .map { Admission(command: $0, account: admitted) }
+    }
+
+    /// The main socket's gate, as its dispatcher asks it, over `cache`: for
+    /// a program that calls the broker without a socket (the tests).
+    package static func admit(_ command: Command, from peer: Peer, cache: TokenCache) -> Result<Admission, VaultError> {
+        Self.admit(command, from: peer, through: nil, uptime: 0, accounts: cache.accounts, policy: cache.policy(of:))
+    }
+
+    /// The account a command names, which the gate admits the caller to.
+    static func account(of command: Command) -> String? {
+        switch command {
+        case .token(let request): request.account
+        case .dpopProof(let request): request.token.account
+        case .claims(let name), .userinfo(let name), .refreshToken(let name), .dpopNonce(let name, _, _): name
+        default: nil
+        }
+    }
+
+    private static func command(
         _ command: Command,
         from peer: Peer,
         through grant: ShareGrant?,

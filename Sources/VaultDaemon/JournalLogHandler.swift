@@ -1,5 +1,5 @@
 import Glibc
-public import Logging
+package import Logging
 
 /// Writes one line per message to stderr. Under systemd (`JOURNAL_STREAM`
 /// set) each line starts with its syslog priority, `<6>`, which journald
@@ -7,24 +7,24 @@ public import Logging
 ///
 /// Metadata values are written as given: callers log codes, ids, account
 /// names and pids, never secret bytes (`SecretBytes` prints as redacted).
-public struct JournalLogHandler: LogHandler {
-    public var logLevel: Logger.Level
-    public var metadata: Logger.Metadata = [:]
+package struct JournalLogHandler: LogHandler {
+    package var logLevel: Logger.Level
+    package var metadata: Logger.Metadata = [:]
     private let label: String
     private let journal: Bool
 
-    public init(label: String, level: Logger.Level) {
+    package init(label: String, level: Logger.Level) {
         self.label = label
         self.logLevel = level
         self.journal = getenv("JOURNAL_STREAM") != nil
     }
 
-    public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+    package subscript(metadataKey key: String) -> Logger.Metadata.Value? {
         get { self.metadata[key] }
         set { self.metadata[key] = newValue }
     }
 
-    public func log(event: LogEvent) {
+    package func log(event: LogEvent) {
         var merged = self.metadata
         if let extra = event.metadata { merged.merge(extra) { _, new in new } }
         let fields = merged.sorted { $0.key < $1.key }.map { " \($0.key)=\($0.value)" }.joined()

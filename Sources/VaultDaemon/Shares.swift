@@ -1,4 +1,4 @@
-public import Logging
+package import Logging
 import NIOCore
 import VaultCrypto
 import VaultProtocol
@@ -7,11 +7,11 @@ import VaultProtocol
 /// `ssh -R`), each with its own listener and grant. They live in memory and
 /// end at their ttl, on `share.close`, or when vaultd stops; an ending share
 /// removes its socket and closes its connections.
-public actor Shares {
+package actor Shares {
     /// Opens a share's socket at `path`, serving what `grant` lets through,
     /// with at most `maximumConnections` open: the daemon wires it to the
     /// socket server.
-    public typealias Listen = @Sendable (_ path: String, _ grant: ShareGrant, _ maximumConnections: Int) async throws -> any ShareSocket
+    package typealias Listen = @Sendable (_ path: String, _ grant: ShareGrant, _ maximumConnections: Int) async throws -> any ShareSocket
 
     private struct Entry {
         let result: ShareResult
@@ -30,13 +30,13 @@ public actor Shares {
     let chores: Chores
     let logger: Logger
 
-    public init(listen: @escaping Listen, chores: Chores, logger: Logger) {
+    package init(listen: @escaping Listen, chores: Chores, logger: Logger) {
         self.listen = listen
         self.chores = chores
         self.logger = logger
     }
 
-    public var isEmpty: Bool { self.entries.isEmpty }
+    package var isEmpty: Bool { self.entries.isEmpty }
 
     func open(_ request: ShareOpen, accounts configurations: [AccountConfiguration]) async throws(VaultError) -> ShareResult {
         let socket = try SocketPath.normalized(request.socket)
@@ -116,7 +116,7 @@ public actor Shares {
     }
 
     /// Ends every share (vaultd is stopping).
-    public func closeAll() async {
+    package func closeAll() async {
         for id in self.entries.keys.sorted() { await self.end(id, reason: "vaultd stopping") }
     }
 
@@ -130,7 +130,7 @@ public actor Shares {
 }
 
 /// A share's open socket, as `Shares` ends it.
-public protocol ShareSocket: Sendable {
+package protocol ShareSocket: Sendable {
     /// Stops accepting and removes the socket file.
     func close() async
     /// Closes every connection it accepted.

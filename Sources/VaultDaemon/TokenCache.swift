@@ -1,13 +1,13 @@
 import Synchronization
 import VaultCrypto
-public import VaultOIDC
-public import VaultProtocol
+package import VaultOIDC
+package import VaultProtocol
 import VaultServer
 
 /// Access tokens in memory, per account and scope set, readable without a
 /// hop to the broker: a cached token is answered on the connection's event
 /// loop. The broker is the only writer.
-public final class TokenCache: Sendable {
+package final class TokenCache: Sendable {
     private let state = Mutex<[String: Entry]>([:])
 
     struct Entry {
@@ -24,7 +24,7 @@ public final class TokenCache: Sendable {
     /// The most replaced access tokens kept per account for a sign-out to revoke.
     static let retiredPerAccount = 16
 
-    public enum Lookup {
+    package enum Lookup {
         /// A token to answer with, and the DPoP key it is bound to (nil: a
         /// bearer token); `refreshAhead` is true for the one caller that
         /// finds it past its refresh-ahead point first.
@@ -37,7 +37,7 @@ public final class TokenCache: Sendable {
     /// A token that lives at least `minTTL` more seconds, if one is cached
     /// (whether the caller may have it is the gate's to say).
     /// `identity`: the account the gate admitted the caller to.
-    public func lookup(account: String, identity: String?, scopes: [String]?, minTTL: Int, now: Double) -> Lookup {
+    package func lookup(account: String, identity: String?, scopes: [String]?, minTTL: Int, now: Double) -> Lookup {
         self.state.withLock { entries in
             guard let entry = entries[account], entry.policy.identity == identity else { return .miss }
             let key = scopes.map(Self.key) ?? entry.defaultKey
@@ -80,17 +80,17 @@ public final class TokenCache: Sendable {
     }
 
     /// What the gate needs to know of the account of that name now; nil when there is none.
-    public func policy(of account: String) -> AccountPolicy? {
+    package func policy(of account: String) -> AccountPolicy? {
         self.state.withLock { $0[account]?.policy }
     }
 
     /// The names of every account now.
-    public var accounts: [String] {
+    package var accounts: [String] {
         self.state.withLock { Array($0.keys) }
     }
 
     /// The identity of the account of that name now; nil when there is none.
-    public func identity(of account: String) -> String? {
+    package func identity(of account: String) -> String? {
         self.policy(of: account)?.identity
     }
 
@@ -111,7 +111,7 @@ public final class TokenCache: Sendable {
 
     /// Records a resource server's nonce for `account`'s later proofs to
     /// `origin`; false when there is no such account (by identity).
-    public func recordNonce(_ nonce: String, origin: String, account: String, identity: String?) -> Bool {
+    package func recordNonce(_ nonce: String, origin: String, account: String, identity: String?) -> Bool {
         self.state.withLock { entries in
             guard let entry = entries[account], entry.policy.identity == identity else { return false }
             entries[account]?.nonces.record(nonce, origin: origin)
@@ -174,15 +174,15 @@ struct ResourceNonces: Sendable {
 
 /// What the gate reads of an account, in one lock: which account it is,
 /// and which programs may have what of it.
-public struct AccountPolicy: Sendable {
+package struct AccountPolicy: Sendable {
     /// The account's identity (never reused).
-    public let identity: String?
+    package let identity: String?
     /// Executable paths that may use the account; empty: every program of the user.
-    public let allowedClients: [String]
+    package let allowedClients: [String]
     /// Whether `refresh_token` may hand the refresh token out.
-    public let releasesRefreshToken: Bool
+    package let releasesRefreshToken: Bool
 
-    init(_ configuration: AccountConfiguration) {
+    package init(_ configuration: AccountConfiguration) {
         self.identity = configuration.identity
         self.allowedClients = configuration.allowedClients
         self.releasesRefreshToken = configuration.releaseRefreshToken

@@ -3,7 +3,7 @@ import Glibc
 /// The vault's time: Unix time in seconds, and a sleep until such a time.
 /// A parameter of the broker, the flows, the shares and the chores, so a
 /// test moves time by hand instead of sleeping.
-public protocol WallClock: Sendable {
+package protocol WallClock: Sendable {
     func now() -> Double
     /// Returns once `now()` has reached `deadline`; throws when the task is
     /// cancelled first.
@@ -16,26 +16,26 @@ public protocol WallClock: Sendable {
 
 extension WallClock {
     /// A clock that is never stepped keeps one time.
-    public func uptime() -> Double { self.now() }
+    package func uptime() -> Double { self.now() }
 }
 
 /// The system's real-time clock.
-public struct SystemClock: WallClock {
-    public init() {}
+package struct SystemClock: WallClock {
+    package init() {}
 
-    public func now() -> Double {
+    package func now() -> Double {
         var spec = timespec()
         clock_gettime(CLOCK_REALTIME, &spec)
         return Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
     }
 
-    public func uptime() -> Double {
+    package func uptime() -> Double {
         var spec = timespec()
         clock_gettime(CLOCK_BOOTTIME, &spec)
         return Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
     }
 
-    public func sleep(until deadline: Double) async throws {
+    package func sleep(until deadline: Double) async throws {
         // Checked again after each sleep: the real-time clock may be set back.
         while true {
             let left = deadline - self.now()

@@ -275,18 +275,44 @@ struct GateTests {
         try await using(self.setUp()) { setup in
             let broker = setup.vault.broker
             _ = try await broker.token(TokenRequest(account: "work"), for: testPeer)
-            let admitted = try #require(broker.cache.identity(of: "work") as String?)
+            let admitted = try await broker.admitted(.token(TokenRequest(account: "work")), testPeer)
+            let identity = try #require(admitted.identity)
             _ = try await broker.remove("work")
             try await self.readd(setup)
             _ = try await broker.token(TokenRequest(account: "work"), for: testPeer)
             let refused = await #expect(throws: VaultError.self) {
-                _ = try await broker.token(TokenRequest(account: "work"), for: testPeer, identity: admitted)
+                _ = try await broker.token(TokenRequest(account: "work"), for: testPeer, admitted: admitted)
             }
             #expect(refused?.code == .unknownAccount)
-            guard case .miss = broker.cache.lookup(account: "work", identity: admitted, scopes: nil, minTTL: 0, now: Date().timeIntervalSince1970) else {
+            guard case .miss = broker.cache.lookup(account: "work", identity: identity, scopes: nil, minTTL: 0, now: Date().timeIntervalSince1970) else {
                 Issue.record("the cache served the successor's token for the admitted identity")
                 return
             }
+        }
+    }
+
+    /// Admitted while no account had the name, a request is not served by
+    /// an account added under it meanwhile, whose `allowed_clients` the gate
+    /// never asked.
+    @Test func aRequestAdmittedForNoAccountIsNotServedForOneAddedSince() async throws {
+        try await using(self.setUp()) { setup in
+            let broker = setup.vault.broker
+            let admitted = try await broker.admitted(.token(TokenRequest(account: "work")), testPeer)
+            _ = try await broker.remove("work")
+            let none = try await broker.admitted(.claims(account: "work"), testPeer)
+            #expect(none.identity == nil)
+            try await self.readd(setup)
+            _ = try await broker.token(TokenRequest(account: "work"), for: testPeer)
+            for stale in [admitted, none] {
+                let refused = await #expect(throws: VaultError.self) {
+                    _ = try await broker.token(TokenRequest(account: "work"), for: testPeer, admitted: stale)
+                }
+                #expect(refused?.code == .unknownAccount)
+            }
+            let claims = await #expect(throws: VaultError.self) {
+                _ = try await broker.claims(account: "work", for: testPeer, admitted: none)
+            }
+            #expect(claims?.code == .unknownAccount)
         }
     }
 }

@@ -1,6 +1,6 @@
-public import VaultCrypto
+package import VaultCrypto
 import VaultOIDC
-public import VaultProtocol
+package import VaultProtocol
 
 /// The email-code and native-password driver (MSAL native authentication):
 /// initiate and challenge at start, then codes, new codes and the password,
@@ -81,7 +81,7 @@ extension SignIns {
 
     // MARK: Codes
 
-    public func submitCode(flow id: String, code: SecretBytes) async throws(VaultError) -> SignInResult {
+    package func submitCode(flow id: String, code: SecretBytes) async throws(VaultError) -> SignInResult {
         let flow = try self.claim(id)
         guard case .code(var step) = flow.step, let context = flow.context else {
             self.release(id)
@@ -115,7 +115,7 @@ extension SignIns {
         return try await self.finishNative(id, answer, flow: try self.flow(id))
     }
 
-    public func resendCode(flow id: String) async throws(VaultError) -> SignInResult {
+    package func resendCode(flow id: String) async throws(VaultError) -> SignInResult {
         let flow = try self.claim(id)
         guard case .code(var step) = flow.step, let context = flow.context else {
             self.release(id)
@@ -153,7 +153,7 @@ extension SignIns {
 
     // MARK: Passwords
 
-    public func submitPassword(flow id: String, password: SecretBytes) async throws(VaultError) -> SignInResult {
+    package func submitPassword(flow id: String, password: SecretBytes) async throws(VaultError) -> SignInResult {
         let flow = try self.claim(id)
         guard password.count > 0 else {
             self.release(id)

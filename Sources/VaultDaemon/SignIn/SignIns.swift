@@ -1,7 +1,7 @@
-public import Logging
+package import Logging
 import VaultCrypto
-public import VaultOIDC
-public import VaultProtocol
+package import VaultOIDC
+package import VaultProtocol
 
 /// The sign-in flows in progress, and everything that happens to a flow
 /// whatever its method: the registry, one interactive sign-in per account
@@ -18,7 +18,7 @@ public import VaultProtocol
 /// (`SignInBroker.signInContext`), and kept on the flow; a flow that gets
 /// tokens hands them to `SignInBroker.completeSignIn`. Those are the only
 /// two calls into the broker.
-public actor SignIns {
+package actor SignIns {
     /// How long a code flow lasts after the last code was sent.
     static let codeLifetime: Double = 600
     /// How long the browser may take.
@@ -42,7 +42,7 @@ public actor SignIns {
     private(set) var flows: [String: Flow] = [:]
     private var nextWaiter = 0
 
-    public init(broker: Broker, oidc: OIDCClient, events: any EventSink, logger: Logger) {
+    package init(broker: Broker, oidc: OIDCClient, events: any EventSink, logger: Logger) {
         self.broker = broker
         self.oidc = oidc
         self.events = events
@@ -54,7 +54,7 @@ public actor SignIns {
 
     // MARK: signin.start
 
-    public func start(_ request: SignInStart) async throws(VaultError) -> SignInResult {
+    package func start(_ request: SignInStart) async throws(VaultError) -> SignInResult {
         let name = request.account
         let username = request.username.map { String($0.drop(while: \.isWhitespace).reversed().drop(while: \.isWhitespace).reversed()) }
         if request.method == .emailOTP || request.method == .password {
@@ -126,7 +126,7 @@ public actor SignIns {
     /// The flow's next state: at once for code and password flows; for
     /// browser and device flows when they end, or their current state once
     /// `timeoutMs` (default: until the flow expires) has passed.
-    public func wait(flow id: String, timeoutMs: Int?) async throws(VaultError) -> SignInResult {
+    package func wait(flow id: String, timeoutMs: Int?) async throws(VaultError) -> SignInResult {
         let flow = try self.flow(id)
         if let outcome = flow.outcome { return try self.deliver(id, outcome) }
         switch flow.step {
@@ -142,7 +142,7 @@ public actor SignIns {
         return self.result(id, now.method == .browser ? .openBrowser : .deviceCode)
     }
 
-    public func cancel(flow id: String) throws(VaultError) -> EmptyResult {
+    package func cancel(flow id: String) throws(VaultError) -> EmptyResult {
         _ = try self.flow(id)
         self.end(id, step: .cancelled)
         self.logger.info("sign-in cancelled", metadata: ["flow": "\(id)"])
@@ -158,7 +158,7 @@ public actor SignIns {
     }
 
     /// Flows in progress; tests wait on this instead of on time.
-    public var count: Int { self.flows.count }
+    package var count: Int { self.flows.count }
 
     // MARK: Moving a flow on
 
@@ -194,7 +194,7 @@ public actor SignIns {
     }
 
     /// When the flow's timer will end it, by the vault's clock; for tests.
-    public func expiryDeadline(of id: String) -> Double? {
+    package func expiryDeadline(of id: String) -> Double? {
         self.flows[id]?.expiryDeadline
     }
 
@@ -381,7 +381,7 @@ public actor SignIns {
     }
 
     /// `signin.wait` timers set (one per waiting call at most); for tests.
-    public var waitTimers: Int {
+    package var waitTimers: Int {
         self.flows.values.reduce(0) { $0 + $1.waiters.values.count { $0.timer != nil } }
     }
 

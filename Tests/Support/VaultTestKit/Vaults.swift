@@ -268,3 +268,23 @@ extension Dispatcher {
         return error
     }
 }
+
+extension Broker {
+    /// `token` as the main socket serves it to `peer`: the gate first.
+    package func token(_ request: TokenRequest, for peer: Peer) async throws(VaultError) -> TokenResult {
+        try await self.token(request, for: peer, admitted: self.admitted(.token(request), peer))
+    }
+
+    /// `claims` as the main socket serves it to `peer`: the gate first.
+    package func claims(account: String, for peer: Peer) async throws(VaultError) -> ClaimsResult {
+        try self.claims(account: account, for: peer, admitted: self.admitted(.claims(account: account), peer))
+    }
+
+    /// What the main socket's gate admits `command` of `peer` to.
+    package func admitted(_ command: Command, _ peer: Peer) throws(VaultError) -> Admitted {
+        guard let admitted = try Gate.admit(command, from: peer, cache: self.cache).get().account else {
+            throw VaultError(.internalError, "\(command) names no account")
+        }
+        return admitted
+    }
+}
