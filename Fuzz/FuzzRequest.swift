@@ -155,7 +155,7 @@ final class Harness: @unchecked Sendable {
     private func vault() -> Dispatcher {
         if let dispatcher = self.dispatcher, !self.changed { return dispatcher }
         if self.template.isEmpty {
-            let broker = self.broker(EventHub())
+            let broker = self.rooms().broker
             blocking { await Self.seed(broker) }
             for name in Self.files {
                 guard let bytes = try? FileSystem.read(self.path(name), limit: 1 << 20) else { fail("no \(name) to keep") }
@@ -170,29 +170,30 @@ final class Harness: @unchecked Sendable {
                 }
             }
         }
-        let events = EventHub()
-        let dispatcher = Daemon.dispatcher(broker: self.broker(events), events: events, clock: FixedClock(), logger: self.logger)
+        let dispatcher = self.rooms().dispatcher
         self.dispatcher = dispatcher
         self.changed = false
         return dispatcher
     }
 
-    private func broker(_ events: EventHub) -> Broker {
-        let broker: Broker
+    /// The vault's rooms, wired as vaultd wires them, their broker started.
+    private func rooms() -> Rooms {
+        let rooms: Rooms
         do {
             let store = try SealedFileStore(path: self.path("vault.sealed"), keySource: .keyFile(self.path("vault.key")))
-            broker = try Broker(
+            rooms = try Rooms(
                 store: store,
                 directory: AccountDirectory(path: self.path("accounts.json")),
                 keySource: .keyFile(self.path("vault.key")),
                 oidc: self.oidc,
                 clock: FixedClock(),
-                events: events,
+                events: EventHub(),
                 logger: self.logger
             )
         } catch {
             fail("the vault did not open: \(error)")
         }
+        let broker = rooms.broker
         let started: String? = blocking {
             do throws(VaultError) {
                 try await broker.start()
@@ -202,7 +203,7 @@ final class Harness: @unchecked Sendable {
             }
         }
         if let started { fail("the vault did not start: \(started)") }
-        return broker
+        return rooms
     }
 
     private static func seed(_ broker: Broker) async {

@@ -127,7 +127,11 @@ EOF
 }
 
 # The package's strict settings (Package.swift), as for every target.
-strict=(-parse-as-library -swift-version 6 -warnings-as-errors
+# A harness is of the package, as SwiftPM's targets are: it sees what the
+# modules declare `package`. SwiftPM names a root package after its folder,
+# lowercased, with what is not a letter, digit or _ made _.
+package_name="$(basename "$PWD" | tr '[:upper:]' '[:lower:]' | sed 's/[^a-z0-9_]/_/g')"
+strict=(-parse-as-library -swift-version 6 -warnings-as-errors -package-name "$package_name"
     -enable-upcoming-feature ExistentialAny -enable-upcoming-feature MemberImportVisibility
     -enable-upcoming-feature InternalImportsByDefault)
 

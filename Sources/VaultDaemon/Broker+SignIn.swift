@@ -1,5 +1,4 @@
 import Logging
-import Synchronization
 import VaultCrypto
 import VaultJSON
 import VaultOIDC
@@ -29,30 +28,7 @@ protocol SignInBroker: Actor {
     func completeSignIn(_ context: SignInContext, response: TokenResponse, nonce: String?) async throws(VaultError) -> String?
 }
 
-/// The broker's hold on the sign-in flows, to end an account's flows when
-/// its secrets go. Weak: the flows hold the broker, not the other way round.
-final class SignInFlowsLink: Sendable {
-    private struct Weak: Sendable {
-        weak var flows: SignIns?
-    }
-
-    private let link = Mutex(Weak())
-
-    func attach(_ flows: SignIns) {
-        self.link.withLock { $0.flows = flows }
-    }
-
-    var flows: SignIns? { self.link.withLock { $0.flows } }
-}
-
 extension Broker: SignInBroker {
-    /// Ends the sign-ins in progress of `name` (nil: of every account): the
-    /// first step of a sign-out and of a removal, so both end them in the
-    /// same order, before any secret leaves.
-    func endSignIns(of name: String?) async {
-        await self.signInFlows.flows?.endFlows(account: name)
-    }
-
     /// The sign-in context of an account: its configuration, client
     /// credentials, the issuer's metadata and the generation fence. Refused
     /// while the vault is locked, since the new refresh token could not be

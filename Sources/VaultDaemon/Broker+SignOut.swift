@@ -35,14 +35,9 @@ extension Broker {
     /// subscribers are told, and only then is the refresh token revoked at
     /// the issuer, so a slow issuer never keeps a token alive here.
     /// A revocation that fails still wipes, and says so. The account's
-    /// sign-ins in progress end first.
+    /// sign-ins in progress are the caller's to end first (`SignIns.endFlows`);
+    /// one that completes after is fenced by the account's generation.
     package func signOut(_ name: String) async throws(VaultError) -> (SignOutReceipt, notified: Int) {
-        await self.endSignIns(of: name)
-        return try await self.wipeAndRevoke(name)
-    }
-
-    /// `signOut` once the account's sign-ins have ended.
-    func wipeAndRevoke(_ name: String) async throws(VaultError) -> (SignOutReceipt, notified: Int) {
         let wipe = try await self.wipe(name)
         let receipt = await self.revoke(wipe)
         if !wipe.failures.isEmpty {
@@ -60,7 +55,6 @@ extension Broker {
             let (receipt, notified) = try await self.signOut(name)
             return SignOutResult(accounts: [receipt], notified: notified)
         case .all:
-            await self.endSignIns(of: nil)
             try self.requireUnlocked()
             var wipes: [Wipe] = []
             for name in self.accounts.keys.sorted() {

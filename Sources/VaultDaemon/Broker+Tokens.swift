@@ -98,12 +98,6 @@ extension Broker {
         !(self.accounts[account]?.refreshing.isEmpty ?? true)
     }
 
-    /// How many times the heap was trimmed after a burst; for tests.
-    package nonisolated var heapTrims: Int { self.heapTrim.count }
-
-    /// Whether a trim of the C heap is due; for tests.
-    package nonisolated var heapTrimPending: Bool { self.heapTrim.isPending }
-
     /// How many refreshes `account` keeps a handle on: only those under way;
     /// for tests.
     package func heldRefreshes(account: String) -> Int {

@@ -22,17 +22,15 @@ package actor Broker {
     let logger: Logger
     var accounts: [String: Account] = [:]
     /// Access tokens, readable from the event loops without this actor.
-    package nonisolated let cache = TokenCache()
+    nonisolated let cache: TokenCache
     /// Subscribers, told of sign-ins, refreshes and lost sessions.
-    package nonisolated let events: any EventSink
-    /// The sign-in flows, which the broker ends when an account's secrets go.
-    nonisolated let signInFlows = SignInFlowsLink()
+    nonisolated let events: any EventSink
     /// Every read and write of secrets, in the order the broker asked for them.
     let storeQueue = SerialQueue()
     /// Every write of accounts.json, each of the configuration as it is then.
     let directoryWrites = SerialQueue()
     /// The work done later or beside a request, on `clock`: run by the daemon.
-    package nonisolated let chores: Chores
+    nonisolated let chores: Chores
     /// Returns the heap's free pages after bursts of refreshes and account changes.
     nonisolated let heapTrim: HeapTrim
     /// Numbers each refresh, so a finished one removes only itself.
@@ -81,11 +79,15 @@ package actor Broker {
         directory: AccountDirectory,
         keySource: KeySource?,
         oidc: OIDCClient,
-        clock: any WallClock = SystemClock(),
+        clock: any WallClock,
+        cache: TokenCache,
+        chores: Chores,
+        heapTrim: HeapTrim,
         events: any EventSink,
         logger: Logger
     ) throws(VaultError) {
         self.store = store
+        self.cache = cache
         self.events = events
         self.alsoWipe = alsoWipe
         self.backendReason = backendReason
@@ -93,8 +95,8 @@ package actor Broker {
         self.keySource = keySource
         self.oidc = oidc
         self.clock = clock
-        self.chores = Chores(clock: clock)
-        self.heapTrim = HeapTrim(chores: self.chores)
+        self.chores = chores
+        self.heapTrim = heapTrim
         self.logger = logger
         var shared = SharedText()
         for loaded in try directory.load() {
@@ -274,10 +276,9 @@ package actor Broker {
     /// and whatever secret it still had (a client secret).
     package func remove(_ name: String) async throws(VaultError) -> RemovalResult {
         guard self.accounts[name] != nil else { throw VaultError.unknownAccount(name) }
-        await self.endSignIns(of: name)
         var receipt = SignOutReceipt(name: name, revoked: .no, wiped: [.memory])
         if !self.store.isLocked {
-            receipt = try await self.wipeAndRevoke(name).0
+            receipt = try await self.signOut(name).0
         }
         self.forgetSecrets(of: name)
         var wiped = Set(receipt.wiped)

@@ -3,15 +3,14 @@ import ServiceLifecycle
 import Synchronization
 import UnixSignals
 package import VaultOIDC
-import VaultProtocol
+package import VaultProtocol
 package import VaultServer
 package import VaultStore
 
-/// The daemon, assembled in one place from one configuration: the stores and
-/// the choice of backend, the broker, the sign-in flows, the shares and the
-/// dispatcher, the socket server (VaultServer) and the event hub it and the
-/// broker share, and systemd's readiness, watchdog and idle exit. This is
-/// the one place the rooms are wired to each other.
+/// The daemon, from one configuration: the stores and the choice of
+/// backend, the rooms (`Rooms`, wired to each other in one place), the
+/// socket server (VaultServer), and systemd's readiness, watchdog and idle
+/// exit.
 ///
 /// `init` opens the vault and starts the broker; `run`, as a
 /// swift-service-lifecycle `Service`, serves the socket until a graceful
@@ -95,8 +94,7 @@ package final class Daemon: Service, Sendable {
     }
 
     package let configuration: Configuration
-    package let broker: Broker
-    package let dispatcher: Dispatcher
+    package let rooms: Rooms
     let logger: Logger
     /// The backend in use at start, for systemd's status line.
     private let backend: Backend
@@ -128,7 +126,7 @@ package final class Daemon: Service, Sendable {
                 "key_source": "\(configuration.keySource.name)", "locked": "\(backends.store.isLocked)",
             ]
         )
-        let broker = try Broker(
+        let rooms = try Rooms(
             store: configuration.wrapStore(backends.store),
             alsoWipe: backends.others,
             backendReason: backends.reason,
@@ -139,10 +137,9 @@ package final class Daemon: Service, Sendable {
             events: configuration.events,
             logger: logger
         )
-        try await broker.start()
+        try await rooms.broker.start()
         self.configuration = configuration
-        self.broker = broker
-        self.dispatcher = Self.dispatcher(broker: broker, events: configuration.events, clock: configuration.clock, logger: logger)
+        self.rooms = rooms
         self.logger = logger
         self.backend = backends.store.backend
         self.lock = Mutex(lock)
@@ -150,10 +147,11 @@ package final class Daemon: Service, Sendable {
 
     /// Serves the socket until a graceful shutdown (or, with `exitIdleAfter`,
     /// until no connection has been open that long); then stops accepting and
-    /// gives the requests under way up to 5 s to be answered. The broker's
-    /// chores run beside it, and end with it.
+    /// gives the requests under way up to 5 s to be answered, on the main
+    /// socket and on every share's alike. The chores run beside it, and end
+    /// with it.
     package func run() async throws {
-        let chores = self.broker.chores
+        let chores = self.rooms.chores
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { await chores.run() }
             defer { chores.stop() }
@@ -167,9 +165,9 @@ package final class Daemon: Service, Sendable {
         do {
             server = try await SocketServer.start(
                 self.configuration.socket,
-                handler: self.dispatcher,
-                events: self.configuration.events,
-                observer: self.broker.heapTrim,
+                handler: self.rooms.dispatcher,
+                events: self.rooms.events,
+                observer: self.rooms.heapTrim,
                 logger: self.logger
             )
         } catch {
@@ -184,19 +182,25 @@ package final class Daemon: Service, Sendable {
             try? await gracefulShutdown()
         }
         Systemd.notify("STOPPING=1\nSTATUS=stopping")
-        await self.dispatcher.shares.closeAll()
+        let shares = await self.rooms.shares.closeAll()
         await server.close()
+        let sockets: [any ShareSocket] = [server] + shares
         await withTaskGroup(of: Void.self) { race in
-            race.addTask { await server.untilNoRequest() }
+            race.addTask {
+                await withTaskGroup(of: Void.self) { all in
+                    for socket in sockets { all.addTask { await socket.untilNoRequest() } }
+                }
+            }
             race.addTask { try? await Task.sleep(for: Self.drainLimit) }
             await race.next()
             race.cancelAll()
         }
-        if server.requestsInFlight > 0 {
-            self.logger.warning("stopping with requests unanswered", metadata: ["requests": "\(server.requestsInFlight)"])
+        let unanswered = sockets.reduce(0) { $0 + $1.requestsInFlight }
+        if unanswered > 0 {
+            self.logger.warning("stopping with requests unanswered", metadata: ["requests": "\(unanswered)"])
         }
         // As the process's exit would: what is still open ends with the daemon.
-        server.closeConnections()
+        for socket in sockets { socket.closeConnections() }
     }
 
     /// Returns once no connection has been open for `idle` and no share is
@@ -213,40 +217,11 @@ package final class Daemon: Service, Sendable {
             } catch {
                 return
             }
-            if server.connectionsAccepted == accepted, server.openConnections == 0, await self.dispatcher.shares.isEmpty {
+            if server.connectionsAccepted == accepted, server.openConnections == 0, await self.rooms.shares.isEmpty {
                 self.logger.info("idle; exiting until the next connection")
                 return
             }
         }
-    }
-
-    /// The dispatcher for `broker`, with the sign-in flows and the shares it
-    /// runs; a share's socket is a socket server that answers through the
-    /// same dispatcher, restricted to the share's grant.
-    package static func dispatcher(broker: Broker, events: EventHub, clock: any WallClock, logger: Logger) -> Dispatcher {
-        let signIns = SignIns(broker: broker, oidc: broker.oidc, events: events, logger: logger)
-        // A share's dispatcher needs the shares, whose listener makes it: the
-        // listener holds them weakly, so they and the broker are not kept
-        // alive by their own listener once the daemon lets go of them.
-        let made = SharesOnce()
-        let shares = Shares(
-            listen: { path, grant, maximumConnections in
-                guard let shares = made.shares else { throw ServerError("vaultd is stopping") }
-                var configuration = SocketServer.Configuration(path: path)
-                configuration.maximumConnections = maximumConnections
-                return try await SocketServer.start(
-                    configuration,
-                    handler: Dispatcher(broker: broker, signIns: signIns, shares: shares, clock: clock, logger: logger).restricted(to: grant),
-                    events: events,
-                    observer: broker.heapTrim,
-                    logger: logger
-                )
-            },
-            chores: broker.chores,
-            logger: logger
-        )
-        made.shares = shares
-        return Dispatcher(broker: broker, signIns: signIns, shares: shares, clock: clock, logger: logger)
     }
 
     /// The socket server, once `run` listens.
@@ -337,12 +312,6 @@ package final class Daemon: Service, Sendable {
 
 extension SocketServer: ShareSocket {}
 
-/// The shares, for their own listener: held weakly, and set once, before
-/// any share can open, so reading it needs no lock.
-private final class SharesOnce: @unchecked Sendable {
-    weak var shares: Shares?
-}
-
 /// Tells systemd's watchdog the daemon is alive, at half its interval.
 struct WatchdogService: Service {
     let interval: Duration
@@ -399,5 +368,80 @@ extension Result where Failure == StoreError {
     var failureMessage: String? {
         if case .failure(let error) = self { return error.message }
         return nil
+    }
+}
+
+/// The rooms of a vault, made and wired to each other in this one place:
+/// the chores on the vault's clock, the heap trim, the token cache, the
+/// event hub, the broker (accounts and secrets), the sign-in flows, the
+/// shares and the two doors, the main socket's `Dispatcher` and a share's
+/// `ShareDoor`. Each room is handed what it needs here and constructs no
+/// other; a new room plugs in here, not into the broker.
+package struct Rooms: Sendable {
+    package let clock: any WallClock
+    package let chores: Chores
+    package let heapTrim: HeapTrim
+    package let cache: TokenCache
+    package let events: EventHub
+    package let broker: Broker
+    package let signIns: SignIns
+    package let shares: Shares
+    package let dispatcher: Dispatcher
+
+    /// `listen`: how a share's socket is opened (a socket server, unless a
+    /// test watches the shares without sockets).
+    package init(
+        store: any SecretStore,
+        alsoWipe: [any SecretStore] = [],
+        backendReason: String? = nil,
+        directory: AccountDirectory,
+        keySource: KeySource?,
+        oidc: OIDCClient,
+        clock: any WallClock,
+        events: EventHub,
+        logger: Logger,
+        listen: Shares.Listen? = nil
+    ) throws(VaultError) {
+        let chores = Chores(clock: clock)
+        let heapTrim = HeapTrim(chores: chores)
+        let cache = TokenCache()
+        let broker = try Broker(
+            store: store,
+            alsoWipe: alsoWipe,
+            backendReason: backendReason,
+            directory: directory,
+            keySource: keySource,
+            oidc: oidc,
+            clock: clock,
+            cache: cache,
+            chores: chores,
+            heapTrim: heapTrim,
+            events: events,
+            logger: logger
+        )
+        let signIns = SignIns(broker: broker, oidc: oidc, events: events, chores: chores, logger: logger)
+        let shares = Shares(
+            listen: listen ?? { path, door, maximumConnections in
+                var configuration = SocketServer.Configuration(path: path)
+                configuration.maximumConnections = maximumConnections
+                return try await SocketServer.start(configuration, handler: door, events: events, observer: heapTrim, logger: logger)
+            },
+            door: { grant, expire in
+                ShareDoor(grant: grant, broker: broker, cache: cache, chores: chores, clock: clock, logger: logger, expire: expire)
+            },
+            chores: chores,
+            logger: logger
+        )
+        self.clock = clock
+        self.chores = chores
+        self.heapTrim = heapTrim
+        self.cache = cache
+        self.events = events
+        self.broker = broker
+        self.signIns = signIns
+        self.shares = shares
+        self.dispatcher = Dispatcher(
+            broker: broker, cache: cache, chores: chores, signIns: signIns, shares: shares, clock: clock, logger: logger
+        )
     }
 }

@@ -1,3 +1,4 @@
+import Logging
 import Synchronization
 package import VaultProtocol
 package import VaultServer
@@ -166,6 +167,30 @@ package enum Gate {
         let admitted = named.map { Admitted(account: $0, identity: namedPolicy?.identity) }
         return Self.command(command, from: peer, through: grant, uptime: uptime(), accounts: accounts(), policy: policy)
             .map { Admission(command: $0, account: admitted) }
+    }
+
+    /// A request through a door, as both doors ask it: its decoding error,
+    /// or what the gate admits it to over `cache`; a refresh token withheld
+    /// is an audit line.
+    static func admit(
+        _ request: Request,
+        from peer: Peer,
+        through grant: ShareGrant?,
+        uptime: @autoclosure () -> Double,
+        cache: TokenCache,
+        logger: Logger
+    ) -> Result<Admission, VaultError> {
+        switch request.command {
+        case .failure(let error):
+            logger.debug("request refused", metadata: ["code": "\(error.code)", "peer": "\(peer.pid)"])
+            return .failure(error)
+        case .success(let command):
+            let admission = Self.admit(command, from: peer, through: grant, uptime: uptime(), accounts: cache.accounts, policy: cache.policy(of:))
+            if case .failure = admission, case .refreshToken(let account) = command {
+                logger.notice("refresh token withheld", metadata: peer.auditMetadata.merging(["account": "\(account)"]) { $1 })
+            }
+            return admission
+        }
     }
 
     /// The main socket's gate, as its dispatcher asks it, over `cache`: for

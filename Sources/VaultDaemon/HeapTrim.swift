@@ -14,7 +14,7 @@ import VaultServer
 /// heap's locks, and the pages it returns are faulted in again by the next
 /// burst: so no trim runs while requests come, and each `soon()` only moves
 /// the time it is due. The trim is a chore, on the vault's clock.
-final class HeapTrim: ConnectionObserver {
+package final class HeapTrim: ConnectionObserver {
     /// Seconds.
     let delay: Double
     let chores: Chores
@@ -31,10 +31,10 @@ final class HeapTrim: ConnectionObserver {
     }
 
     /// Trims done so far; for tests.
-    var count: Int { self.trims.load(ordering: .relaxed) }
+    package var count: Int { self.trims.load(ordering: .relaxed) }
 
     /// Whether a trim is due; for tests.
-    var isPending: Bool { self.due.withLock { $0 != nil } }
+    package var isPending: Bool { self.due.withLock { $0 != nil } }
 
     /// A connection closed: its buffers leave holes in the heap.
     func closed() { self.soon() }

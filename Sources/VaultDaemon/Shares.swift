@@ -1,4 +1,4 @@
-package import Logging
+import Logging
 import NIOCore
 import VaultCrypto
 import VaultProtocol
@@ -8,10 +8,12 @@ import VaultProtocol
 /// end at their ttl, on `share.close`, or when vaultd stops; an ending share
 /// removes its socket and closes its connections.
 package actor Shares {
-    /// Opens a share's socket at `path`, serving what `grant` lets through,
-    /// with at most `maximumConnections` open: the daemon wires it to the
+    /// Opens a share's socket at `path`, served by `door`, with at most
+    /// `maximumConnections` open: the composition root wires it to the
     /// socket server.
-    package typealias Listen = @Sendable (_ path: String, _ grant: ShareGrant, _ maximumConnections: Int) async throws -> any ShareSocket
+    package typealias Listen = @Sendable (_ path: String, _ door: ShareDoor, _ maximumConnections: Int) async throws -> any ShareSocket
+    /// The door for a share's grant; `expire` ends the share.
+    package typealias Door = @Sendable (_ grant: ShareGrant, _ expire: @escaping @Sendable () async -> Void) -> ShareDoor
 
     private struct Entry {
         let result: ShareResult
@@ -27,11 +29,13 @@ package actor Shares {
 
     private var entries: [String: Entry] = [:]
     let listen: Listen
+    let door: Door
     let chores: Chores
     let logger: Logger
 
-    package init(listen: @escaping Listen, chores: Chores, logger: Logger) {
+    init(listen: @escaping Listen, door: @escaping Door, chores: Chores, logger: Logger) {
         self.listen = listen
+        self.door = door
         self.chores = chores
         self.logger = logger
     }
@@ -62,7 +66,9 @@ package actor Shares {
         let grant = ShareGrant(id: id, accounts: granted, scopes: request.scopes, dpop: request.dpop, deadline: deadline)
         let server: any ShareSocket
         do {
-            server = try await self.listen(socket, grant, Self.maximumConnections)
+            // The door holds the share weakly: an open share does not keep the shares alive.
+            let door = self.door(grant) { [weak self] in await self?.expire(id) }
+            server = try await self.listen(socket, door, Self.maximumConnections)
         } catch {
             throw VaultError.shareNotOpened(error)
         }
@@ -115,9 +121,19 @@ package actor Shares {
         await self.end(id, reason: "expired")
     }
 
-    /// Ends every share (vaultd is stopping).
-    package func closeAll() async {
-        for id in self.entries.keys.sorted() { await self.end(id, reason: "vaultd stopping") }
+    /// Ends every share (vaultd is stopping): each stops accepting and is
+    /// forgotten; returned are their sockets, whose requests under way the
+    /// daemon drains with the main socket's before it closes their connections.
+    package func closeAll() async -> [any ShareSocket] {
+        var sockets: [any ShareSocket] = []
+        for id in self.entries.keys.sorted() {
+            guard let entry = self.entries.removeValue(forKey: id) else { continue }
+            self.chores.cancel(entry.expiry)
+            await entry.socket.close()
+            sockets.append(entry.socket)
+            self.logger.notice("share ended", metadata: ["share": "\(id)", "reason": "vaultd stopping"])
+        }
+        return sockets
     }
 
     private func end(_ id: String, reason: String) async {
@@ -135,6 +151,10 @@ package protocol ShareSocket: Sendable {
     func close() async
     /// Closes every connection it accepted.
     func closeConnections()
+    /// Returns once no request it accepted is under way.
+    func untilNoRequest() async
+    /// Requests under way.
+    var requestsInFlight: Int { get }
 }
 
 /// A share's socket path as vaultd keeps and compares it: absolute, with no

@@ -30,7 +30,7 @@ struct ConcurrencyTests {
         }
 
         func token(scopes: [String]? = nil, force: Bool = false) async throws -> TokenResult {
-            try await self.broker.token(TokenRequest(account: "work", scopes: scopes, minTTL: 1, forceRefresh: force), for: testPeer)
+            try await self.vault.rooms.token(TokenRequest(account: "work", scopes: scopes, minTTL: 1, forceRefresh: force), for: testPeer)
         }
 
         func tokenError(scopes: [String]? = nil) async -> ErrorCode? {
@@ -278,7 +278,7 @@ struct ConcurrencyTests {
             for sequence in 0..<50_000 {
                 var event = Event(.tokenRefreshed, account: "work")
                 event.expiresAt = Int64(sequence)
-                vault.broker.events.emit(event)
+                vault.rooms.events.emit(event)
             }
             var next: Int64 = 0
             var overloaded = false

@@ -11,8 +11,8 @@ import VaultStore
 import VaultTestIssuer
 import VaultTestKit
 
-/// The dispatcher alone, without a socket: a broker on a vault in a folder,
-/// and a share listener that opens nothing and records what it was asked.
+/// The rooms alone, without a socket: a vault in a folder, and a share
+/// listener that opens nothing and records what it was asked.
 @Suite(.timeLimit(.minutes(1)))
 struct DispatcherTests {
     /// A share "socket" that is only a record of its grant and of being closed.
@@ -28,6 +28,8 @@ struct DispatcherTests {
 
         func close() async { self.closed.store(true, ordering: .relaxed) }
         func closeConnections() {}
+        func untilNoRequest() async {}
+        var requestsInFlight: Int { 0 }
     }
 
     final class Opened: Sendable {
@@ -36,7 +38,7 @@ struct DispatcherTests {
 
     struct Setup: Stoppable {
         let issuer: TestIssuer
-        let broker: Broker
+        let rooms: Rooms
         let dispatcher: Dispatcher
         let opened: Opened
 
@@ -46,43 +48,39 @@ struct DispatcherTests {
 
     static let logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
 
-    /// A broker on a new vault folder (the file backend with a key file).
-    static func broker(events: EventHub) throws -> Broker {
+    /// The rooms of a vault on a new folder (the file backend with a key
+    /// file), whose shares open no socket: `listen` hands them to `opened`.
+    static func rooms(listen: Shares.Listen? = nil) throws -> Rooms {
         let folder = try temporaryFolder()
-        return try Broker(
+        return try Rooms(
             store: try SealedFileStore(path: folder + "/vault.sealed", keySource: .keyFile(folder + "/vault.key")),
             directory: AccountDirectory(path: folder + "/accounts.json"),
             keySource: .keyFile(folder + "/vault.key"),
             oidc: OIDCClient(logger: Self.logger),
-            events: events,
-            logger: Self.logger
+            clock: SystemClock(),
+            events: EventHub(),
+            logger: Self.logger,
+            listen: listen
         )
     }
 
     func setUp() async throws -> Setup {
         let issuer = try await TestIssuer.start()
-        let events = EventHub()
-        let broker = try Self.broker(events: events)
-        try await broker.start()
         let opened = Opened()
-        let shares = Shares(
-            listen: { path, grant, _ in
-                let socket = FakeShareSocket(path: path, grant: grant)
-                opened.sockets.withLock { $0.append(socket) }
-                return socket
-            },
-            chores: broker.chores,
-            logger: Self.logger
-        )
-        let signIns = SignIns(broker: broker, oidc: OIDCClient(logger: Self.logger), events: events, logger: Self.logger)
-        let dispatcher = Dispatcher(broker: broker, signIns: signIns, shares: shares, logger: Self.logger)
+        let rooms = try Self.rooms { path, door, _ in
+            let socket = FakeShareSocket(path: path, grant: door.grant)
+            opened.sockets.withLock { $0.append(socket) }
+            return socket
+        }
+        let broker = rooms.broker
+        try await broker.start()
         _ = try await broker.add(
             AccountAddition(
                 configuration: AccountConfiguration(name: "work", issuer: issuer.issuer, clientID: TestIssuer.clientID, scopes: ["openid"]),
                 refreshToken: try SecretBytes(utf8: issuer.mintRefreshToken())
             )
         )
-        return Setup(issuer: issuer, broker: broker, dispatcher: dispatcher, opened: opened)
+        return Setup(issuer: issuer, rooms: rooms, dispatcher: rooms.dispatcher, opened: opened)
     }
 
     func reply(_ setup: Setup, _ command: Command) -> Reply {
@@ -121,7 +119,7 @@ struct DispatcherTests {
             }
             let socket = try #require(setup.sockets().first)
             #expect(socket.path == "/run/share/x.sock")
-            let identity = setup.broker.cache.identity(of: "work")
+            let identity = setup.rooms.cache.identity(of: "work")
             #expect(identity != nil)
             #expect(socket.grant.accounts["work"]?.identity == identity)
             #expect(socket.grant.accounts["work"]?.scopes == ["openid"])
@@ -131,18 +129,19 @@ struct DispatcherTests {
         }
     }
 
-    /// The dispatcher `Daemon` wires holds its shares, and the shares'
-    /// listener makes dispatchers for them: nothing of that keeps the shares
-    /// (and through them the broker and its secrets) alive once the
-    /// dispatcher is dropped.
-    @Test func theWiredDispatcherDoesNotKeepItselfAlive() async throws {
+    /// The rooms hold their shares, and a share's door holds the share
+    /// weakly: nothing of that keeps the shares (and through them the broker
+    /// and its secrets) alive once the rooms are dropped.
+    @Test func theRoomsDoNotKeepThemselvesAlive() async throws {
         weak var shares: Shares?
+        weak var broker: Broker?
         do {
-            let events = EventHub()
-            let dispatcher = Daemon.dispatcher(broker: try Self.broker(events: events), events: events, clock: SystemClock(), logger: Self.logger)
-            shares = dispatcher.shares
+            let rooms = try Self.rooms()
+            shares = rooms.shares
+            broker = rooms.broker
             #expect(shares != nil)
         }
-        #expect(shares == nil, "the shares outlived their dispatcher")
+        #expect(shares == nil, "the shares outlived their rooms")
+        #expect(broker == nil, "the broker outlived its rooms")
     }
 }

@@ -53,7 +53,7 @@ struct GateTests {
             #expect(setup.issuer.refreshCount == 4)
             // Those it asked before are still served; the user's own socket is not bounded.
             #expect(await client.call(#"{"id":9,"op":"token","account":"work","scope":"openid"}"#)?["ok"] as? Bool == true)
-            _ = try await setup.vault.broker.token(TokenRequest(account: "work", scopes: ["profile", "offline_access"]), for: testPeer)
+            _ = try await setup.vault.rooms.token(TokenRequest(account: "work", scopes: ["profile", "offline_access"]), for: testPeer)
         }
     }
 
@@ -112,7 +112,7 @@ struct GateTests {
             let message = try #require((wide["error"] as? [String: Any])?["message"] as? String)
             #expect(message.contains("wider than this share grants") && !message.contains("admin:all"), "\(message)")
             // Cached now for the main socket, where the user asked: still withheld from the share.
-            let owner = try await setup.vault.broker.token(TokenRequest(account: "work", scopes: ["openid"]), for: testPeer)
+            let owner = try await setup.vault.rooms.token(TokenRequest(account: "work", scopes: ["openid"]), for: testPeer)
             #expect(owner.scope == "openid admin:all")
             #expect(await client.call(#"{"id":2,"op":"token","account":"work"}"#)?.errorCode == "forbidden")
             // An issuer that keeps to what was asked is served.
@@ -274,17 +274,18 @@ struct GateTests {
     @Test func aRequestAdmittedForAnAccountIsNotServedForItsSuccessor() async throws {
         try await using(self.setUp()) { setup in
             let broker = setup.vault.broker
-            _ = try await broker.token(TokenRequest(account: "work"), for: testPeer)
-            let admitted = try await broker.admitted(.token(TokenRequest(account: "work")), testPeer)
+            let rooms = setup.vault.rooms
+            _ = try await rooms.token(TokenRequest(account: "work"), for: testPeer)
+            let admitted = try rooms.admitted(.token(TokenRequest(account: "work")), testPeer)
             let identity = try #require(admitted.identity)
             _ = try await broker.remove("work")
             try await self.readd(setup)
-            _ = try await broker.token(TokenRequest(account: "work"), for: testPeer)
+            _ = try await rooms.token(TokenRequest(account: "work"), for: testPeer)
             let refused = await #expect(throws: VaultError.self) {
                 _ = try await broker.token(TokenRequest(account: "work"), for: testPeer, admitted: admitted)
             }
             #expect(refused?.code == .unknownAccount)
-            guard case .miss = broker.cache.lookup(account: "work", identity: identity, scopes: nil, minTTL: 0, now: Date().timeIntervalSince1970) else {
+            guard case .miss = rooms.cache.lookup(account: "work", identity: identity, scopes: nil, minTTL: 0, now: Date().timeIntervalSince1970) else {
                 Issue.record("the cache served the successor's token for the admitted identity")
                 return
             }
@@ -297,12 +298,13 @@ struct GateTests {
     @Test func aRequestAdmittedForNoAccountIsNotServedForOneAddedSince() async throws {
         try await using(self.setUp()) { setup in
             let broker = setup.vault.broker
-            let admitted = try await broker.admitted(.token(TokenRequest(account: "work")), testPeer)
+            let rooms = setup.vault.rooms
+            let admitted = try rooms.admitted(.token(TokenRequest(account: "work")), testPeer)
             _ = try await broker.remove("work")
-            let none = try await broker.admitted(.claims(account: "work"), testPeer)
+            let none = try rooms.admitted(.claims(account: "work"), testPeer)
             #expect(none.identity == nil)
             try await self.readd(setup)
-            _ = try await broker.token(TokenRequest(account: "work"), for: testPeer)
+            _ = try await rooms.token(TokenRequest(account: "work"), for: testPeer)
             for stale in [admitted, none] {
                 let refused = await #expect(throws: VaultError.self) {
                     _ = try await broker.token(TokenRequest(account: "work"), for: testPeer, admitted: stale)

@@ -136,7 +136,7 @@ struct HostileIssuerTests {
         try await using(TestIssuer.start(), InProcessVault.start()) { issuer, vault in
             try await self.addAccount(vault, issuer)
             issuer.setAnsweredScopeJSON(scope)
-            let narrow = try await vault.broker.token(TokenRequest(account: "work", scopes: ["openid"]), for: testPeer)
+            let narrow = try await vault.rooms.token(TokenRequest(account: "work", scopes: ["openid"]), for: testPeer)
             #expect(narrow.scope == "openid offline_access")
         }
     }

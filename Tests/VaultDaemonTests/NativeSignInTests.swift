@@ -118,11 +118,11 @@ struct NativeSignInTests {
         try await using(self.setUp()) { setup in
             let started = try await self.start(setup)
             let flow = try #require(started["flow"] as? String)
-            let first = try #require(await setup.vault.dispatcher.signIns.expiryDeadline(of: flow))
+            let first = try #require(await setup.vault.signIns.expiryDeadline(of: flow))
             setup.clock.advance(by: 500)
             let resent = try #require(await setup.client.call(#"{"id":"r","op":"signin.resend_code","flow":"\#(flow)"}"#))
             let promised = try #require(resent["expires_in"] as? Int)
-            let timer = try #require(await setup.vault.dispatcher.signIns.expiryDeadline(of: flow))
+            let timer = try #require(await setup.vault.signIns.expiryDeadline(of: flow))
             #expect(timer == first + 500, "the timer ends the flow a full lifetime after the new code")
             #expect(Int((timer - setup.clock.now()).rounded(.down)) == promised, "and when the reply said it would")
         }
@@ -160,7 +160,7 @@ struct NativeSignInTests {
             }
             #expect(ended?["flow"] as? String == flow)
             #expect(ended?["code"] as? String == "code_expired", "\(ended ?? [:])")
-            #expect(await setup.vault.dispatcher.signIns.count == 0, "nothing of the flow is left")
+            #expect(await setup.vault.signIns.count == 0, "nothing of the flow is left")
             let code = try #require(setup.issuer.lastCode(for: Self.email))
             #expect(try await self.submit(setup, flow, code).errorCode == "flow_not_found")
         }
@@ -212,7 +212,7 @@ struct NativeSignInTests {
             setup.issuer.addNativeUser("grace@example.org", .browserOnly)
             let redirected = try await self.start(setup, username: "grace@example.org")
             #expect(redirected["state"] as? String == "browser_required", "\(redirected)")
-            #expect(await setup.vault.dispatcher.signIns.count == 0)
+            #expect(await setup.vault.signIns.count == 0)
         }
     }
 
@@ -230,7 +230,7 @@ struct NativeSignInTests {
         try await using(self.setUp()) { setup in
             let flow = try #require(try await self.start(setup)["flow"] as? String)
             #expect(await setup.client.call(#"{"id":"x","op":"signin.cancel","flow":"\#(flow)"}"#)?["ok"] as? Bool == true)
-            #expect(await setup.vault.dispatcher.signIns.count == 0)
+            #expect(await setup.vault.signIns.count == 0)
             #expect(try await self.submit(setup, flow, "12345678").errorCode == "flow_not_found")
         }
     }

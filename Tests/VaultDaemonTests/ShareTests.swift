@@ -69,6 +69,26 @@ struct ShareTests {
         }
     }
 
+    /// vaultd stops as it does for the main socket: a request under way on
+    /// a share's socket is answered before its connection closes.
+    @Test func aShareRequestUnderWayIsAnsweredAtTheStop() async throws {
+        try await using(self.setUp()) { setup in
+            let path = setup.folder + "/share/s.sock"
+            _ = try await setup.share(["work", "--socket", path])
+            let client = try LineClient(path: path)
+            setup.issuer.setTokenBehaviour(.gate)
+            client.send(#"{"id":1,"op":"token","account":"work"}"# + "\n")
+            try await eventually { setup.issuer.heldRequestCount == 1 }
+            let stop = Task { await setup.vault.stop() }
+            // The share stopped accepting (its socket is gone); its request waits at the issuer.
+            try await eventually { !FileManager.default.fileExists(atPath: path) }
+            setup.issuer.openGate()
+            let answer = try #require(await client.readObject(), "the share's connection closed unanswered")
+            #expect(answer["ok"] as? Bool == true, "\(answer)")
+            await stop.value
+        }
+    }
+
     @Test func aShareEndsByItselfAtItsTTL() async throws {
         try await using(self.setUp()) { setup in
             let path = setup.folder + "/share/t.sock"
@@ -119,7 +139,7 @@ struct ShareTests {
                 \(vaultctl) signout work; echo "signout: $?"
                 """
             let session = try await sshd.run(script, forwarding: "\(remote)/vaultd.sock:\(share)", environment: setup.environment)
-            let expected = try await setup.vault.broker.token(TokenRequest(account: "work"), for: testPeer).accessToken.unsafeString()
+            let expected = try await setup.vault.rooms.token(TokenRequest(account: "work"), for: testPeer).accessToken.unsafeString()
             let lines = session.stdout.split(separator: "\n").map(String.init)
             #expect(lines.first == expected, "\(session.stdout)\n\(session.stderr)")
             #expect(lines.contains("token: 0"))

@@ -4,7 +4,7 @@ import VaultTestIssuer
 import VaultTestKit
 
 /// An account's sign-ins in progress end when it is signed out or removed:
-/// the broker ends them, first, whichever way the sign-out comes.
+/// the door ends them first, before the broker wipes anything.
 @Suite(.timeLimit(.minutes(1)))
 struct SignInEndTests {
     static let email = "ada@example.org"
@@ -40,17 +40,28 @@ struct SignInEndTests {
         let (issuer, vault, client, subscriber) = try await self.setUp()
         try await using(issuer, vault) { _, _ in
             #expect(await client.call(request)?["ok"] as? Bool == true)
-            #expect(await vault.dispatcher.signIns.count == 0)
+            #expect(await vault.signIns.count == 0)
             #expect(await self.endings(subscriber) == ["cancelled", "signed_out"])
         }
     }
 
-    @Test func theBrokersSignOutEndsTheFlowItself() async throws {
-        let (issuer, vault, _, subscriber) = try await self.setUp()
+    /// The broker alone does not know the sign-ins (the doors end them
+    /// first): a flow that outlives a sign-out it never heard of is fenced
+    /// when it completes, keeps nothing, and its refresh token is revoked.
+    @Test func aFlowTheBrokersSignOutLeftIsFencedWhenItCompletes() async throws {
+        let (issuer, vault, client, _) = try await self.setUp()
         try await using(issuer, vault) { _, _ in
+            // The same start again joins the flow in progress: its id.
+            let joined = await client.call(#"{"id":"j","op":"signin.start","account":"work","method":"email_otp","username":"\#(Self.email)"}"#)
+            let flow = try #require(joined?["flow"] as? String, "\(joined ?? [:])")
             _ = try await vault.broker.signOut("work")
-            #expect(await vault.dispatcher.signIns.count == 0)
-            #expect(await self.endings(subscriber) == ["cancelled", "signed_out"])
+            #expect(await vault.signIns.count == 1)
+            let code = try #require(issuer.lastCode(for: Self.email))
+            let submitted = try #require(await client.call(#"{"id":"c","op":"signin.submit_code","flow":"\#(flow)","code":"\#(code)"}"#))
+            #expect(submitted["ok"] as? Bool == false, "\(submitted)")
+            try await eventually { issuer.revocationCount == 1 }
+            let status = try #require(await client.call(#"{"id":"st","op":"status"}"#))
+            #expect((status["accounts"] as? [[String: Any]])?.first?["signed_in"] as? Bool == false, "\(status)")
         }
     }
 
@@ -66,7 +77,7 @@ struct SignInEndTests {
             #expect(await client.call(#"{"id":"l","op":"lock"}"#)?["ok"] as? Bool == true)
             let submitted = try #require(await client.call(#"{"id":"c","op":"signin.submit_code","flow":"\#(flow)","code":"\#(code)"}"#))
             #expect(submitted.errorCode == "locked", "\(submitted)")
-            #expect(await vault.dispatcher.signIns.count == 0)
+            #expect(await vault.signIns.count == 0)
             try await eventually { issuer.revocationCount == 1 }
             #expect(await client.call(#"{"id":"u","op":"unlock"}"#)?["ok"] as? Bool == true)
             let status = try #require(await client.call(#"{"id":"st","op":"status"}"#))

@@ -22,7 +22,7 @@ struct SignInWaitTests {
         try await using(issuer, vault) { _, _ in
             let started = try #require(await client.call(#"{"id":"s","op":"signin.start","account":"work","method":"browser"}"#))
             let flow = try #require(started["flow"] as? String, "\(started)")
-            let signIns = vault.dispatcher.signIns
+            let signIns = vault.signIns
             // Twenty callers wait ten minutes each for the browser sign-in.
             for index in 0..<20 {
                 client.send(#"{"id":\#(index),"op":"signin.wait","flow":"\#(flow)","timeout_ms":600000}"# + "\n")
@@ -48,8 +48,8 @@ struct SignInWaitTests {
             let flow = try #require(started["flow"] as? String, "\(started)")
             let waited = try #require(await client.call(#"{"id":"w","op":"signin.wait","flow":"\#(flow)","timeout_ms":50}"#))
             #expect(waited["state"] as? String == "open_browser", "\(waited)")
-            try await eventually { await vault.dispatcher.signIns.waitTimers == 0 }
-            #expect(await vault.dispatcher.signIns.count == 1, "the flow goes on")
+            try await eventually { await vault.signIns.waitTimers == 0 }
+            #expect(await vault.signIns.count == 1, "the flow goes on")
         }
     }
 
@@ -60,7 +60,7 @@ struct SignInWaitTests {
         try await using(issuer, vault) { _, _ in
             let started = try #require(await client.call(#"{"id":"s","op":"signin.start","account":"work","method":"browser"}"#))
             let flow = try #require(started["flow"] as? String, "\(started)")
-            let signIns = vault.dispatcher.signIns
+            let signIns = vault.signIns
             let leaving = try LineClient(path: vault.socketPath)
             leaving.send(#"{"id":"w","op":"signin.wait","flow":"\#(flow)","timeout_ms":600000}"# + "\n")
             try await eventually { await signIns.waitTimers == 1 }

@@ -52,7 +52,7 @@ struct TokenEngineTests {
     }
 
     func token(_ setup: Setup, minTTL: Int = 60, force: Bool = false, scopes: [String]? = nil) async throws -> TokenResult {
-        try await setup.broker.token(
+        try await setup.vault.rooms.token(
             TokenRequest(account: "work", scopes: scopes, minTTL: minTTL, forceRefresh: force),
             for: testPeer
         )
@@ -128,7 +128,7 @@ struct TokenEngineTests {
         )
         let stuck = Task { try? await self.token(hanging) }
         try await eventually { await hanging.broker.waitingCallers(account: "work") >= 1 }
-        let home = try await hanging.broker.token(TokenRequest(account: "home"), for: testPeer)
+        let home = try await hanging.vault.rooms.token(TokenRequest(account: "home"), for: testPeer)
         #expect(!home.accessToken.unsafeString().isEmpty)
         #expect(await hanging.broker.waitingCallers(account: "work") == 1, "work is still waiting on its issuer")
         stuck.cancel()
@@ -203,7 +203,7 @@ struct TokenEngineTests {
             #expect(token.tokenType == "Bearer")
             #expect(token.expiresIn == 300, "a missing expires_in is taken as 5 minutes")
             #expect(setup.issuer.lastClientAuthentication == "basic")
-            let claims = try await setup.broker.claims(account: "work", for: testPeer)
+            let claims = try await setup.vault.rooms.claims(account: "work", for: testPeer)
             #expect(claims.claims["preferred_username"]?.stringValue == "ada")
             #expect(await setup.broker.status().accounts.first?.username == "ada")
         }
@@ -214,14 +214,14 @@ struct TokenEngineTests {
             // The trim is a chore on the test's clock: time moves a second
             // at a time, and each step waits for the chores it made due.
             func trims(over count: Int) async throws -> Bool {
-                for _ in 0..<3 where setup.broker.heapTrims <= count {
+                for _ in 0..<3 where setup.vault.rooms.heapTrim.count <= count {
                     setup.clock.advance(by: 1)
-                    try await eventually { setup.broker.chores.isQuiet }
+                    try await eventually { setup.vault.rooms.chores.isQuiet }
                 }
-                return setup.broker.heapTrims > count
+                return setup.vault.rooms.heapTrim.count > count
             }
             #expect(try await trims(over: 0), "no trim followed the account's addition")
-            let before = setup.broker.heapTrims
+            let before = setup.vault.rooms.heapTrim.count
             _ = try await self.token(setup)
             _ = try await self.token(setup, force: true)
             #expect(try await trims(over: before), "no trim followed the refreshes")
@@ -233,7 +233,7 @@ struct TokenEngineTests {
         try await using(self.setUp(rotate: true)) { setup in
             _ = try await self.token(setup)
             func check(_ when: String) async throws {
-                let claims = try await setup.broker.claims(account: "work", for: testPeer).claims
+                let claims = try await setup.vault.rooms.claims(account: "work", for: testPeer).claims
                 #expect(claims["iss"]?.stringValue == setup.issuer.issuer, "\(when)")
                 #expect(claims["sub"]?.stringValue == "ada", "\(when)")
                 #expect(claims["aud"]?.stringValue == TestIssuer.clientID, "\(when)")
@@ -309,12 +309,12 @@ struct TokenEngineTests {
     @Test func unknownAndUnsignedAccounts() async throws {
         try await using(self.setUp()) { setup in
             await #expect(throws: VaultError.self) {
-                try await setup.broker.token(TokenRequest(account: "nobody"), for: testPeer)
+                try await setup.vault.rooms.token(TokenRequest(account: "nobody"), for: testPeer)
             }
             let bare = AccountConfiguration(name: "bare", issuer: setup.issuer.issuer, clientID: TestIssuer.clientID, scopes: [])
             _ = try await setup.broker.add(AccountAddition(configuration: bare))
             do throws(VaultError) {
-                _ = try await setup.broker.token(TokenRequest(account: "bare"), for: testPeer)
+                _ = try await setup.vault.rooms.token(TokenRequest(account: "bare"), for: testPeer)
                 Issue.record("an account without a refresh token served a token")
             } catch {
                 #expect(error.code == .notSignedIn)

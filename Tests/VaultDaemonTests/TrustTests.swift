@@ -32,7 +32,7 @@ struct TrustTests {
         var vault = try await InProcessVault.start(folder: folder)
         try await self.signedIn(vault, at: issuer)
         _ = try await vault.workToken()
-        let before = try await vault.broker.claims(account: "work", for: testPeer).claims
+        let before = try await vault.rooms.claims(account: "work", for: testPeer).claims
         #expect(before["sub"]?.stringValue != nil)
 
         if forgery == "unsigned" {
@@ -42,11 +42,11 @@ struct TrustTests {
         }
         let refused = await vault.workTokenFailure(force: true)
         #expect(refused?.code == .idpError && refused?.error == "untrusted_response", "\(String(describing: refused))")
-        #expect(try await vault.broker.claims(account: "work", for: testPeer).claims == before)
+        #expect(try await vault.rooms.claims(account: "work", for: testPeer).claims == before)
 
         await vault.stop()
         vault = try await InProcessVault.start(folder: folder)
-        #expect(try await vault.broker.claims(account: "work", for: testPeer).claims == before, "the forged token was not stored")
+        #expect(try await vault.rooms.claims(account: "work", for: testPeer).claims == before, "the forged token was not stored")
         // The rotated refresh token that came with it was kept: the session lives on.
         issuer.setIDTokenForgery()
         #expect(try await vault.workToken(force: true).accessToken.count > 0)
@@ -130,10 +130,10 @@ struct TrustTests {
         let folder = try temporaryFolder()
         var vault = try await InProcessVault.start(folder: folder)
         try await self.signedIn(vault, at: issuer)
-        let added = try #require(vault.broker.cache.identity(of: "work") as String?)
+        let added = try #require(vault.cache.identity(of: "work") as String?)
         await vault.stop()
         vault = try await InProcessVault.start(folder: folder)
-        #expect(vault.broker.cache.identity(of: "work") == added)
+        #expect(vault.cache.identity(of: "work") == added)
         await vault.stop()
 
         let file = folder + "/config/accounts.json"
@@ -141,7 +141,7 @@ struct TrustTests {
         try text.replacingOccurrences(of: #""identity" : "\#(added)","#, with: "").write(toFile: file, atomically: false, encoding: .utf8)
         #expect(try !String(contentsOfFile: file, encoding: .utf8).contains(added))
         vault = try await InProcessVault.start(folder: folder)
-        let given = try #require(vault.broker.cache.identity(of: "work") as String?)
+        let given = try #require(vault.cache.identity(of: "work") as String?)
         #expect(given != added)
         #expect(try String(contentsOfFile: file, encoding: .utf8).contains(given), "written at start")
         await vault.stop()

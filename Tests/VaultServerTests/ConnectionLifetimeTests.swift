@@ -47,14 +47,14 @@ struct ConnectionLifetimeTests {
     /// closing, vaultd trims it (what that returns is in BENCHMARKS.md).
     @Test func closedConnectionsAreFollowedByATrimOfTheHeap() async throws {
         try await withVault { vault in
-            #expect(try await eventually { !vault.broker.heapTrimPending }, "the set-up's trim is still due")
-            let before = vault.broker.heapTrims
+            #expect(try await eventually { !vault.rooms.heapTrim.isPending }, "the set-up's trim is still due")
+            let before = vault.rooms.heapTrim.count
             for _ in 0..<20 {
                 let client = try LineClient(path: vault.socketPath)
                 #expect(await client.call(#"{"id":1,"op":"hello"}"#)?["ok"] as? Bool == true)
                 shutdown(client.fd, Int32(SHUT_RDWR))
             }
-            #expect(try await eventually { vault.broker.heapTrims > before }, "no trim followed the closed connections")
+            #expect(try await eventually { vault.rooms.heapTrim.count > before }, "no trim followed the closed connections")
         }
     }
 

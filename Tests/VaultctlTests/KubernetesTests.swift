@@ -38,7 +38,7 @@ struct KubernetesTests {
                 ]
             )
             try #require(cert.status == 0, "\(cert.stderr)")
-            let current = try await setup.vault.broker.token(TokenRequest(account: "work"), for: testPeer)
+            let current = try await setup.vault.rooms.token(TokenRequest(account: "work"), for: testPeer)
             try current.accessToken.unsafeString().write(toFile: folder + "/token", atomically: true, encoding: .utf8)
             let stub = try await runTool(
                 "/bin/sh",
@@ -102,7 +102,7 @@ struct KubernetesTests {
             #expect(object["apiVersion"] as? String == "client.authentication.k8s.io/v1")
             #expect(object["kind"] as? String == "ExecCredential")
             let status = try #require(object["status"] as? [String: Any])
-            let token = try await setup.vault.broker.token(TokenRequest(account: "work"), for: testPeer)
+            let token = try await setup.vault.rooms.token(TokenRequest(account: "work"), for: testPeer)
             #expect(status["token"] as? String == token.accessToken.unsafeString())
             let formatter = ISO8601DateFormatter()
             let expiry = try #require((status["expirationTimestamp"] as? String).flatMap(formatter.date(from:)))

@@ -3,6 +3,7 @@ import NIOHTTP1
 import Synchronization
 import VaultOIDC
 import VaultProtocol
+import VaultServer
 
 /// The browser driver (authorization code + PKCE, RFC 8252 loopback
 /// redirect): a `LoopbackListener` takes the browser's answer and shows its
@@ -14,7 +15,8 @@ extension SignIns {
         let box = RequestBox()
         let listener: LoopbackListener
         do {
-            listener = try await LoopbackListener.start(fixed: context.configuration.redirectURI, chores: self.chores) { query in
+            let chores = self.chores
+            listener = try await LoopbackListener.start(fixed: context.configuration.redirectURI, run: { chores.soon($0) }) { query in
                 await self.browserAnswered(id, query: query, request: box)
             }
         } catch {

@@ -1,6 +1,7 @@
 import Synchronization
 import VaultCrypto
 import VaultProtocol
+import VaultServer
 
 /// A flow as the registry keeps it, and what is read off it: its result
 /// for the wire and its events for subscribers.

@@ -1,7 +1,8 @@
-package import Logging
+import Logging
 import VaultCrypto
-package import VaultOIDC
+import VaultOIDC
 package import VaultProtocol
+import VaultServer
 
 /// The sign-in flows in progress, and everything that happens to a flow
 /// whatever its method: the registry, one interactive sign-in per account
@@ -42,14 +43,13 @@ package actor SignIns {
     private(set) var flows: [String: Flow] = [:]
     private var nextWaiter = 0
 
-    package init(broker: Broker, oidc: OIDCClient, events: any EventSink, logger: Logger) {
+    init(broker: any SignInBroker, oidc: OIDCClient, events: any EventSink, chores: Chores, logger: Logger) {
         self.broker = broker
         self.oidc = oidc
         self.events = events
-        self.clock = broker.chores.clock
-        self.chores = broker.chores
+        self.clock = chores.clock
+        self.chores = chores
         self.logger = logger
-        broker.signInFlows.attach(self)
     }
 
     // MARK: signin.start
@@ -151,7 +151,7 @@ package actor SignIns {
 
     /// Ends every flow of an account, or of every account; the broker calls
     /// it when an account is signed out or removed (`Broker.endSignIns`).
-    func endFlows(account: String?) {
+    package func endFlows(account: String?) {
         for flow in self.flows.values where account == nil || flow.account == account {
             self.end(flow.id, step: .cancelled)
         }

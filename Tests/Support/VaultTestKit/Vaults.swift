@@ -53,8 +53,11 @@ package struct InProcessVault: Stoppable {
     private let group: ServiceGroup
     private let running: Task<Void, any Error>
 
-    package var broker: Broker { self.daemon.broker }
-    package var dispatcher: Dispatcher { self.daemon.dispatcher }
+    package var rooms: Rooms { self.daemon.rooms }
+    package var broker: Broker { self.daemon.rooms.broker }
+    package var dispatcher: Dispatcher { self.daemon.rooms.dispatcher }
+    package var cache: TokenCache { self.daemon.rooms.cache }
+    package var signIns: SignIns { self.daemon.rooms.signIns }
 
     package static func start(
         folder: String? = nil,
@@ -138,7 +141,7 @@ package struct InProcessVault: Stoppable {
 extension InProcessVault {
     /// `work`'s access token for this test process, asked of the broker directly.
     package func workToken(force: Bool = false) async throws -> TokenResult {
-        try await self.broker.token(TokenRequest(account: "work", forceRefresh: force), for: testPeer)
+        try await self.rooms.token(TokenRequest(account: "work", forceRefresh: force), for: testPeer)
     }
 
     /// Why asking for `work`'s token fails, or nil when it does not.
@@ -269,15 +272,15 @@ extension Dispatcher {
     }
 }
 
-extension Broker {
+extension Rooms {
     /// `token` as the main socket serves it to `peer`: the gate first.
     package func token(_ request: TokenRequest, for peer: Peer) async throws(VaultError) -> TokenResult {
-        try await self.token(request, for: peer, admitted: self.admitted(.token(request), peer))
+        try await self.broker.token(request, for: peer, admitted: self.admitted(.token(request), peer))
     }
 
     /// `claims` as the main socket serves it to `peer`: the gate first.
     package func claims(account: String, for peer: Peer) async throws(VaultError) -> ClaimsResult {
-        try self.claims(account: account, for: peer, admitted: self.admitted(.claims(account: account), peer))
+        try await self.broker.claims(account: account, for: peer, admitted: self.admitted(.claims(account: account), peer))
     }
 
     /// What the main socket's gate admits `command` of `peer` to.

@@ -1,10 +1,9 @@
 import FoundationEssentials
-import Glibc
-import NIOCore
-import NIOHTTP1
+package import Glibc
+package import NIOCore
+package import NIOHTTP1
 import NIOPosix
 import Synchronization
-import VaultOIDC
 import VaultProtocol
 
 /// The redirect listener of a browser sign-in (RFC 8252 §7.3): HTTP on
@@ -16,18 +15,27 @@ import VaultProtocol
 /// connection has `requestDeadline` to send its request, at most
 /// `maximumConnections` are held (more are closed at once), and `close()`
 /// closes every one of them.
-final class LoopbackListener: Sendable {
+package final class LoopbackListener: Sendable {
     /// What the browser is told, and whether the listener's work is done.
-    struct Verdict: Sendable {
-        var status: HTTPResponseStatus
-        var title: String
-        var message: String
-        var done: Bool
+    package struct Verdict: Sendable {
+        package var status: HTTPResponseStatus
+        package var title: String
+        package var message: String
+        package var done: Bool
+
+        package init(status: HTTPResponseStatus, title: String, message: String, done: Bool) {
+            self.status = status
+            self.title = title
+            self.message = message
+            self.done = done
+        }
     }
 
-    typealias Handler = @Sendable ([String: String]) async -> Verdict
+    package typealias Handler = @Sendable ([String: String]) async -> Verdict
+    /// Runs the handler's work off the event loop (the daemon's chores).
+    package typealias Run = @Sendable (@escaping @Sendable () async -> Void) -> Void
 
-    let redirectURI: String
+    package let redirectURI: String
     private let channel: any Channel
     private let connections: Connections
 
@@ -39,11 +47,11 @@ final class LoopbackListener: Sendable {
 
     /// Binds 127.0.0.1 (or [::1] for such a fixed URI) and returns at once.
     /// `fixed` is a loopback `http` URI whose port the issuer matches exactly.
-    static func start(
+    package static func start(
         fixed: String?,
         requestDeadline: TimeAmount = .seconds(5),
         maximumConnections: Int = 16,
-        chores: Chores,
+        run: @escaping Run,
         handle: @escaping Handler
     ) async throws -> LoopbackListener {
         var host = "127.0.0.1"
@@ -78,7 +86,7 @@ final class LoopbackListener: Sendable {
                 return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
                     try channel.pipeline.syncOperations.addHandler(
-                        CallbackHandler(path: expectedPath, deadline: deadline, chores: chores, handle: handle) {
+                        CallbackHandler(path: expectedPath, deadline: deadline, run: run, handle: handle) {
                             connections.answering(channel)
                         }
                     )
@@ -100,13 +108,13 @@ final class LoopbackListener: Sendable {
 
     /// Stops listening and closes every connection still open, but for
     /// one being answered: it closes once its page is sent.
-    func close() {
+    package func close() {
         self.channel.close(promise: nil)
         for connection in self.connections.closeAll() { connection.close(promise: nil) }
     }
 
     /// Connections accepted and not yet closed.
-    var openConnections: Int { self.connections.count }
+    package var openConnections: Int { self.connections.count }
 
     struct ListenerError: Error, CustomStringConvertible {
         var description: String
@@ -156,20 +164,20 @@ private final class CallbackHandler: ChannelInboundHandler, Sendable {
     let path: String
     let deadline: Scheduled<Void>
     /// The answer is worked out as a chore of the vault's.
-    let chores: Chores
+    let run: LoopbackListener.Run
     let handle: LoopbackListener.Handler
     let answering: @Sendable () -> Void
 
     init(
         path: String,
         deadline: Scheduled<Void>,
-        chores: Chores,
+        run: @escaping LoopbackListener.Run,
         handle: @escaping LoopbackListener.Handler,
         answering: @escaping @Sendable () -> Void
     ) {
         self.path = path
         self.deadline = deadline
-        self.chores = chores
+        self.run = run
         self.handle = handle
         self.answering = answering
     }
@@ -201,7 +209,7 @@ private final class CallbackHandler: ChannelInboundHandler, Sendable {
         }
         let handle = self.handle
         let answer = query
-        self.chores.soon {
+        self.run {
             let verdict = await handle(answer)
             Self.respond(channel, verdict)
         }
@@ -235,10 +243,10 @@ private final class CallbackHandler: ChannelInboundHandler, Sendable {
 /// machine's sockets, and /proc/net/tcp (tcp6) lists each with its owner:
 /// the peer's socket is the row whose local address is the peer's and whose
 /// remote address is ours.
-enum TCPOwner {
+package enum TCPOwner {
     /// The peer's uid, or nil when no row names it (it closed meanwhile, or
     /// lives in another network namespace).
-    static func uid(of peer: SocketAddress, connectedTo local: SocketAddress) -> uid_t? {
+    package static func uid(of peer: SocketAddress, connectedTo local: SocketAddress) -> uid_t? {
         guard let peerText = Self.procText(peer), let localText = Self.procText(local) else { return nil }
         let table = peerText.count > 13 ? "/proc/net/tcp6" : "/proc/net/tcp"
         guard let file = fopen(table, "r") else { return nil }
@@ -257,7 +265,7 @@ enum TCPOwner {
 
     /// An address as /proc/net/tcp prints it: the address's 32-bit words
     /// each in host (little-endian) byte order, in hex, then `:` and the port.
-    static func procText(_ address: SocketAddress) -> String? {
+    package static func procText(_ address: SocketAddress) -> String? {
         guard let port = address.port else { return nil }
         let bytes: [UInt8]
         switch address {

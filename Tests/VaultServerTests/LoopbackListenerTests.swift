@@ -3,7 +3,7 @@ import Glibc
 import NIOCore
 import NIOHTTP1
 import Testing
-@testable import VaultDaemon
+import VaultServer
 import VaultTestKit
 
 /// The browser sign-in's redirect listener, alone: its cap, its request
@@ -11,7 +11,7 @@ import VaultTestKit
 @Suite(.timeLimit(.minutes(1)))
 struct LoopbackListenerTests {
     private func start(deadline: TimeAmount = .seconds(60), maximum: Int = 4) async throws -> (LoopbackListener, Int) {
-        let listener = try await LoopbackListener.start(fixed: nil, requestDeadline: deadline, maximumConnections: maximum, chores: runningChores) { _ in
+        let listener = try await LoopbackListener.start(fixed: nil, requestDeadline: deadline, maximumConnections: maximum, run: { Task(operation: $0) }) { _ in
             .init(status: .ok, title: "Signed in", message: "ok", done: true)
         }
         return (listener, try #require(URLComponents(string: listener.redirectURI)?.port))
@@ -44,20 +44,20 @@ struct LoopbackListenerTests {
         defer { listener.close() }
         let slow = try HeldConnection(port: port, send: "GET /callback?sta")
         #expect(try await eventually { slow.isClosed })
-        let answer = await blocking { IssuerSafetyTests.exchange(port, "GET /callback?state=x HTTP/1.1\r\nHost: x\r\n\r\n") }
+        let answer = await blocking { exchange(port, "GET /callback?state=x HTTP/1.1\r\nHost: x\r\n\r\n") }
         #expect(answer.hasPrefix("HTTP/1.1 200"), "a whole request within the deadline is answered: \(answer)")
     }
 
     /// The answer that ends the flow closes the listener while its own page is being written: that page still arrives.
     @Test func theAnswerThatEndsTheFlowStillGetsItsPage() async throws {
         let box = ListenerBox()
-        let listener = try await LoopbackListener.start(fixed: nil, chores: runningChores) { _ in
+        let listener = try await LoopbackListener.start(fixed: nil, run: { Task(operation: $0) }) { _ in
             box.listener?.close()
             return .init(status: .ok, title: "Signed in", message: "done", done: true)
         }
         box.listener = listener
         let port = try #require(URLComponents(string: listener.redirectURI)?.port)
-        let answer = await blocking { IssuerSafetyTests.exchange(port, "GET /callback?state=x HTTP/1.1\r\nHost: x\r\n\r\n") }
+        let answer = await blocking { exchange(port, "GET /callback?state=x HTTP/1.1\r\nHost: x\r\n\r\n") }
         #expect(answer.hasPrefix("HTTP/1.1 200") && answer.contains("Signed in"), "\(answer)")
         #expect(try await eventually { listener.openConnections == 0 })
     }
@@ -73,7 +73,7 @@ private final class ListenerBox: @unchecked Sendable {
 struct LoopbackListenerOwnerTests {
     @Test(.enabled(if: getuid() == 0, "needs root to connect as another user"))
     func anotherUsersConnectionsAreClosedAndTheUsersRedirectGetsThrough() async throws {
-        let listener = try await LoopbackListener.start(fixed: nil, requestDeadline: .seconds(60), maximumConnections: 4, chores: runningChores) { _ in
+        let listener = try await LoopbackListener.start(fixed: nil, requestDeadline: .seconds(60), maximumConnections: 4, run: { Task(operation: $0) }) { _ in
             .init(status: .ok, title: "Signed in", message: "ok", done: true)
         }
         defer { listener.close() }
@@ -95,7 +95,7 @@ struct LoopbackListenerOwnerTests {
             "/usr/bin/setpriv", ["--reuid", "65534", "--regid", "65534", "--clear-groups", "/usr/bin/python3", "-c", script, String(port)]
         )
         #expect(nobody.stdout.contains("closed 16"), "\(nobody.stdout) \(nobody.stderr)")
-        let answer = await blocking { IssuerSafetyTests.exchange(port, "GET /callback?state=x HTTP/1.1\r\nHost: x\r\n\r\n") }
+        let answer = await blocking { exchange(port, "GET /callback?state=x HTTP/1.1\r\nHost: x\r\n\r\n") }
         #expect(answer.hasPrefix("HTTP/1.1 200"), "the user's own redirect is answered: \(answer)")
     }
 
