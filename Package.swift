@@ -31,6 +31,7 @@ let package = Package(
     products: [
         .executable(name: "vaultd", targets: ["vaultd"]),
         .executable(name: "vaultctl", targets: ["vaultctl"]),
+        .executable(name: "vaultctl-notify", targets: ["vaultctl-notify"]),
         .library(name: "VaultClient", targets: ["VaultClient"]),
     ],
     dependencies: [
@@ -50,6 +51,9 @@ let package = Package(
         // No pkg-config: SwiftPM would link its libraries into vaultd, which
         // loads libsecret only when the keyring backend is used (shim.h).
         .systemLibrary(name: "CLibSecret"),
+        // Linked (libsystemd.so) into vaultctl-notify only: vaultctl stays a
+        // static executable.
+        .systemLibrary(name: "CSystemd"),
         .target(name: "CVaultSystem"),
         .target(
             name: "VaultCrypto",
@@ -187,6 +191,19 @@ let package = Package(
                 .linkedLibrary("_FoundationCShims", .when(configuration: .release)),
                 .linkedLibrary("_FoundationCollections", .when(configuration: .release)),
             ]
+        ),
+        // `vaultctl notify`'s notifier, which vaultctl execs: a long-lived
+        // session service on the session bus through sd-bus. Dynamically
+        // linked, as libsystemd is; no order file.
+        .executableTarget(
+            name: "vaultctl-notify",
+            dependencies: [
+                "CSystemd",
+                "VaultClient",
+                "VaultProtocol",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strict
         ),
         .executableTarget(
             name: "vaultbench",

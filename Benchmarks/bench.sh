@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Build the release products vaultbench runs (vaultd, vaultctl, vaultbench
-# only, as scripts/release.sh builds them) and run it: vaultd beside oidc-agent on one Glewlwyd, the C echo
+# Build the release products vaultbench runs (vaultd, vaultctl, vaultctl-notify
+# and vaultbench only, as scripts/release.sh builds them) and run it: vaultd beside oidc-agent on one Glewlwyd, the C echo
 # floor, vaultd alone, scaling with accounts, start-up. Prints the tables of
 # BENCHMARKS.md.
 #
@@ -16,7 +16,7 @@ cd "$ROOT"
 if [ "${1:-}" = "--no-build" ]; then
     bin="$(scripts/release.sh --bin-path)"
 else
-    bin="$(scripts/release.sh vaultd vaultctl vaultbench)"
+    bin="$(scripts/release.sh vaultd vaultctl vaultctl-notify vaultbench)"
 fi
 # How a program's file came into the page cache (the link wrote it, a copy
 # read it whole, or faults read it in) changes how much the kernel maps

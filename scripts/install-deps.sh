@@ -11,6 +11,7 @@ set -euo pipefail
 
 packages=(
     libsodium-dev libsecret-1-dev pkg-config   # build: vaultd links libsodium, loads libsecret
+    libsystemd-dev                             # build: vaultctl-notify speaks to the session bus with sd-bus
     zlib1g-dev libstdc++-12-dev                # the archives scripts/release.sh links in
     binutils                                   # strip, for scripts/install.sh
     qrencode                                   # run: vaultctl signin --device draws its QR code with it

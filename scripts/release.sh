@@ -2,6 +2,7 @@
 # Builds the release products and prints the folder they are in.
 #
 #   scripts/release.sh                    # vaultd and vaultctl
+#   scripts/release.sh vaultd vaultctl vaultctl-notify   # what scripts/install.sh installs
 #   scripts/release.sh vaultd vaultbench  # these products
 #   scripts/release.sh --bin-path         # build nothing, print the folder
 #   SCRATCH=.build-release scripts/release.sh   # another build folder

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Glibc
+import VaultClient
 import VaultProtocol
 
 /// The commands programs run in loops (`token`, `exec`, `git-credential`,

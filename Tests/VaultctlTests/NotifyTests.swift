@@ -204,6 +204,61 @@ struct NotifyTests {
         await vault.stop()
     }
 
+    /// notify waits for no answer of the notification service. Stopped
+    /// (SIGSTOP), dunst answers `Notify` late: the notification of an account
+    /// signed out meanwhile is closed when its id comes. Never answered, the
+    /// reminder is printed after five seconds, and vaultd's events are served
+    /// meanwhile.
+    @Test func aSlowOrSilentNotificationServiceHoldsNothingUp() async throws {
+        let vault = try await IssuerAndDaemon.start(arguments: ["--log-level", "debug"])
+        try await importAccount("home", from: vault.issuer, environment: vault.env)
+        let desktop = try await Desktop.start()
+        let socket = vault.daemon.socketPath
+        var env = vault.env.merging(desktop.env) { $1 }
+        let out = vault.folder + "/notify.out"
+        let errors = vault.folder + "/notify.err"
+        env["OUT"] = out
+        env["ERR"] = errors
+        env["VAULTCTL"] = productsDirectory + "/vaultctl"
+        env["SOCKET"] = socket
+        let dunst = try #require(desktop.env["NOTIFY_DUNST_PID"])
+        let printed = { (try? String(contentsOfFile: out, encoding: .utf8)) ?? "" }
+        let script = #"exec "$VAULTCTL" notify --socket "$SOCKET" > "$OUT" 2> "$ERR""#
+        async let notify = runTool("/bin/bash", ["-c", script], environment: env)
+        do {
+            try await Self.ending(socket) {
+                try await eventually { vault.daemon.output.contains("subscribed") }
+                vault.issuer.setTokenBehaviour(.invalidGrant)
+
+                // work's Notify waits for dunst; work is signed out meanwhile.
+                #expect(try await runTool("/bin/kill", ["-STOP", dunst]).status == 0)
+                #expect(try await runTool("vaultctl", ["token", "work", "--force-refresh"], environment: vault.env).status == 77)
+                try await Task.sleep(for: .seconds(1))
+                #expect(try await runTool("vaultctl", ["signout", "work"], environment: vault.env).status == 0)
+                #expect(try await runTool("/bin/kill", ["-CONT", dunst]).status == 0)
+                try await eventually { desktop.displayedCount >= 1 }
+                try await eventually { try await desktop.showing().isEmpty }
+                #expect(printed().isEmpty)
+
+                // home's is never answered.
+                #expect(try await runTool("/bin/kill", ["-STOP", dunst]).status == 0)
+                #expect(try await runTool("vaultctl", ["token", "home", "--force-refresh"], environment: vault.env).status == 77)
+                try await eventually { printed().hasSuffix("Run: vaultctl signin home\n") }
+                #expect(printed().hasPrefix("Sign in to home: ") && printed().split(separator: "\n").count == 1, "\(printed())")
+                let said = try String(contentsOfFile: errors, encoding: .utf8)
+                #expect(said.contains("the notification service refused (") && said.contains("; printing instead"), "\(said)")
+            }
+        } catch {
+            _ = try? await runTool("/bin/kill", ["-CONT", dunst])
+            throw error
+        }
+        _ = try? await runTool("/bin/kill", ["-CONT", dunst])
+        await Self.stop(socket)
+        _ = try await notify
+        await desktop.stop()
+        await vault.stop()
+    }
+
     /// Without a session bus: what would have been shown goes to stdout.
     @Test func withoutASessionBusItPrintsWhatItWouldShow() async throws {
         let vault = try await IssuerAndDaemon.start(arguments: ["--log-level", "debug"])

@@ -14,7 +14,7 @@ struct InstallTests {
         )
         #expect(result.status == 0, "\(result.stderr)")
         for path in [
-            ".local/bin/vaultd", ".local/bin/vaultctl", ".config/systemd/user/vaultd.socket",
+            ".local/bin/vaultd", ".local/bin/vaultctl", ".local/bin/vaultctl-notify", ".config/systemd/user/vaultd.socket",
             ".config/systemd/user/vaultd.service", ".config/systemd/user/vaultctl-notify.service",
             ".local/share/bash-completion/completions/vaultctl",
             ".local/share/zsh/site-functions/_vaultctl", ".local/share/fish/vendor_completions.d/vaultctl.fish",
@@ -26,7 +26,7 @@ struct InstallTests {
         #expect(result.stdout.contains("systemctl --user") , "\(result.stdout)")
         let version = try await runTool(home + "/.local/bin/vaultctl", ["--version"])
         #expect(version.status == 0)
-        for binary in ["vaultd", "vaultctl"] {
+        for binary in ["vaultd", "vaultctl", "vaultctl-notify"] {
             let sections = try await runTool("/usr/bin/readelf", ["-S", home + "/.local/bin/" + binary])
             #expect(sections.status == 0 && !sections.stdout.contains(".debug_info") && !sections.stdout.contains(".symtab"), "\(binary) is installed stripped")
         }

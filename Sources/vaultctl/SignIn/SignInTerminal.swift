@@ -1,5 +1,6 @@
 import Glibc
 import Synchronization
+import VaultClient
 import VaultCrypto
 import VaultProtocol
 
