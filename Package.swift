@@ -207,7 +207,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "vaultbench",
-            dependencies: ["VaultTestIssuer", "VaultProtocol", "VaultCrypto"],
+            dependencies: ["VaultTestIssuer", "VaultProtocol", "VaultCrypto", "VaultOIDC"],
             path: "Benchmarks/vaultbench",
             swiftSettings: strict
         ),

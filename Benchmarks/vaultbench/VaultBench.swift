@@ -30,6 +30,7 @@ struct VaultBench {
         try await alone(bin: bin, folder: folder + "/alone", rows: &rows)
         try await scaling(bin: bin, folder: folder + "/scaling", load: load, rows: &rows)
         try startUp(bin: bin, folder: folder + "/start", rows: &rows)
+        try proofSigning(rows: &rows)
 
         print("| figure | vaultd | oidc-agent | vaultd ÷ oidc-agent | goal: where vaultd stands |\n|---|---|---|---|---|")
         for row in side { print("| " + row.joined(separator: " | ") + " |") }
