@@ -11,6 +11,7 @@ import base64
 import hashlib
 import http.cookiejar
 import json
+import os
 import secrets
 import sys
 import urllib.error
@@ -83,6 +84,25 @@ def api_base(issuer):
     if not iss.endswith("/oidc"):
         raise SystemExit("error: issuer %r does not end in /oidc; cannot find Glewlwyd's /api" % issuer)
     return iss[: -len("/oidc")]
+
+
+def load_env(directory):
+    """The KEY='VALUE' lines start.sh writes to DIR/env, as a dict."""
+    path = os.path.join(directory, "env")
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        die("cannot read %s (is %s a folder start.sh made?): %s" % (path, directory, e.strerror))
+    env = {}
+    for line in lines:
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        k, v = line.split("=", 1)
+        if len(v) >= 2 and v[0] == v[-1] == "'":
+            v = v[1:-1]
+        env[k] = v
+    return env
 
 
 def die(msg, code=1):
@@ -166,3 +186,22 @@ def approve_device(s, issuer, user_code):
     location = (headers.get("Location") if headers else None) or ""
     prompt = query_params(location).get("prompt") if location else None
     return status == 302 and prompt == "deviceComplete", status, prompt, location
+
+
+# --- Dynamic client registration (RFC 7591) ----------------------------------
+
+def initial_access_token(issuer, client_id, secret, scope="register", session=None):
+    """A fresh initial access token: the client_credentials grant for scope,
+    with HTTP Basic. Glewlwyd's registration endpoint takes any access token
+    of its plugin that carries the configured scope; with
+    register-client-token-one-use each token registers one client."""
+    s = session or Session()
+    token_endpoint = discovery(issuer, s)["token_endpoint"]
+    status, _, body = s.request("POST", token_endpoint,
+                                form={"grant_type": "client_credentials", "scope": scope},
+                                basic=(client_id, secret))
+    doc = parse_json(body)
+    if status != 200 or not isinstance(doc, dict) or not doc.get("access_token"):
+        die("client_credentials for %s with scope %r answered HTTP %s %s"
+            % (client_id, scope, status, text(body)))
+    return doc["access_token"]

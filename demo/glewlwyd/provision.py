@@ -5,7 +5,8 @@ Called by start.sh; can also be used on its own:
 
   provision.py --base http://127.0.0.1:PORT --key key.pem --cert cert.pem \
                [--access-token-seconds 3] [--refresh-token-seconds 1209600] \
-               [--device-interval 1]
+               [--device-interval 1] [--dpop off|on|nonce:N] \
+               [--registration off|open|token]
 
   provision.py --base http://127.0.0.1:PORT add-redirect-uri CLIENT_ID URI...
       adds redirect URIs to an existing client (Glewlwyd matches redirect_uri
@@ -58,6 +59,12 @@ CLIENTS = [
     {"client_id": "confidential-rotating", "secret": "s3cret-rotating", "rotate": True,
      "grants": CONFIDENTIAL_GRANTS},
 ]
+
+# --registration token: registering needs an initial access token (RFC 7591
+# section 3) carrying this scope; this confidential client gets one with
+# client_credentials (start.sh writes both into DIR/env).
+REGISTER_SCOPE = "register"
+REGISTRAR = {"client_id": "registrar", "secret": "s3cret-registrar"}
 
 
 class Admin:
@@ -127,6 +134,21 @@ def plugin_parameters(args):
         if args.dpop.startswith("nonce:"):
             p["oauth-dpop-nonce-mandatory"] = True
             p["oauth-dpop-nonce-counter"] = int(args.dpop.split(":", 1)[1])
+    if args.registration != "off":
+        # RFC 7591 at ISSUER/register (discovery then lists
+        # registration_endpoint) and RFC 7592 management, so the reply carries
+        # registration_client_uri and registration_access_token.
+        p["register-client-allowed"] = True
+        p["register-client-management-allowed"] = True
+        if args.registration == "open":
+            p["register-client-auth-scope"] = []
+        else:
+            # Only a bearer token with this scope may register, each token once.
+            p["register-client-auth-scope"] = [REGISTER_SCOPE]
+            p["register-client-token-one-use"] = True
+            # The registrar's client_credentials request for the scope is
+            # refused unless the plugin allows it.
+            p["allowed-scope"] = p["allowed-scope"] + [REGISTER_SCOPE]
     return p
 
 
@@ -144,8 +166,10 @@ def provision(args):
     a.call("PUT", "/mod/client/database/reset")
 
     # 2. Scopes (openid ships with the schema).
-    for name, desc in (("offline_access", "Offline access"), ("profile", "Profile"),
-                       ("email", "E-mail address")):
+    scopes = [("offline_access", "Offline access"), ("profile", "Profile"), ("email", "E-mail address")]
+    if args.registration == "token":
+        scopes.append((REGISTER_SCOPE, "Register clients (RFC 7591 initial access token)"))
+    for name, desc in scopes:
         a.call("POST", "/scope/", {
             "name": name, "display_name": desc, "description": desc,
             "password_required": False, "scheme": {},
@@ -191,6 +215,24 @@ def provision(args):
             die("client %s: refresh-token-one-use stored as %r, wanted %r"
                 % (c["client_id"], got.get("refresh-token-one-use"), want))
 
+    # 6. The registrar (--registration token). Without client_secret and
+    #    token_endpoint_auth_method Glewlwyd answers its client_credentials
+    #    request with 403 and an empty body.
+    if args.registration == "token":
+        a.call("POST", "/client/", {
+            "client_id": REGISTRAR["client_id"],
+            "name": REGISTRAR["client_id"],
+            "description": "gets initial access tokens for dynamic client registration",
+            "enabled": True,
+            "confidential": True,
+            "password": REGISTRAR["secret"],
+            "client_secret": REGISTRAR["secret"],
+            "token_endpoint_auth_method": ["client_secret_basic", "client_secret_post"],
+            "redirect_uri": [],
+            "authorization_type": ["client_credentials"],
+            "scope": [REGISTER_SCOPE],
+        })
+
 
 def add_redirect_uri(args):
     a = Admin(args.base)
@@ -217,6 +259,9 @@ def main():
     ap.add_argument("--refresh-token-seconds", type=int, default=1209600)
     ap.add_argument("--device-interval", type=int, default=1)
     ap.add_argument("--dpop", default="off", help="off, on, or nonce:N")
+    ap.add_argument("--registration", choices=("off", "open", "token"), default="off",
+                    help="dynamic client registration (RFC 7591/7592): off, open (no initial "
+                         "access token), or token (needs one with scope register)")
     sub = ap.add_subparsers(dest="cmd")
     r = sub.add_parser("add-redirect-uri")
     r.add_argument("client_id")

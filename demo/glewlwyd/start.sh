@@ -16,6 +16,13 @@
 #   GLEWLWYD_DPOP                   off (default), on (DPoP allowed, RFC 9449),
 #                                   or nonce:N (on, with server nonces that
 #                                   rotate after N uses)
+#   GLEWLWYD_REGISTRATION           off (default), open (dynamic client
+#                                   registration, RFC 7591, without an initial
+#                                   access token; RFC 7592 management on), or
+#                                   token (registration needs an initial access
+#                                   token with scope register: initial-token.py
+#                                   DIR prints one; DIR/env names the registrar
+#                                   client that gets it)
 #   GLEWLWYD_START_TIMEOUT          seconds to wait for readiness (default 30)
 #   GLEWLWYD_LOG_LEVEL              NONE|ERROR|WARNING|INFO|DEBUG (default INFO)
 #
@@ -38,6 +45,8 @@ RT_SECONDS="${GLEWLWYD_REFRESH_TOKEN_SECONDS:-1209600}"
 DEVICE_INTERVAL="${GLEWLWYD_DEVICE_INTERVAL:-1}"
 DPOP="${GLEWLWYD_DPOP:-off}"
 [[ "$DPOP" =~ ^(off|on|nonce:[1-9][0-9]*)$ ]] || fail "GLEWLWYD_DPOP must be off, on or nonce:N (got '$DPOP')"
+REGISTRATION="${GLEWLWYD_REGISTRATION:-off}"
+[[ "$REGISTRATION" =~ ^(off|open|token)$ ]] || fail "GLEWLWYD_REGISTRATION must be off, open or token (got '$REGISTRATION')"
 TIMEOUT="${GLEWLWYD_START_TIMEOUT:-30}"
 LOG_LEVEL="${GLEWLWYD_LOG_LEVEL:-INFO}"
 check_positive() { [[ "$2" =~ ^[0-9]+$ ]] && [ "$2" -gt 0 ] || fail "$1 must be a positive integer (got '$2')"; }
@@ -179,27 +188,37 @@ BASE="http://127.0.0.1:$PORT"
 python3 "$HERE/provision.py" --base "$BASE" \
     --key "$DIR/oidc-key.pem" --cert "$DIR/oidc-pub.pem" \
     --access-token-seconds "$AT_SECONDS" --refresh-token-seconds "$RT_SECONDS" \
-    --device-interval "$DEVICE_INTERVAL" --dpop "$DPOP" \
+    --device-interval "$DEVICE_INTERVAL" --dpop "$DPOP" --registration "$REGISTRATION" \
     || fail "provisioning through the admin API failed"
 
-# The OIDC plugin must now answer discovery; take the issuer from it.
-ISSUER="$(python3 - "$BASE/api/oidc/.well-known/openid-configuration" "$deadline" <<'EOF'
+# The OIDC plugin must now answer discovery; take the issuer from it. With
+# registration on, also wait until discovery lists registration_endpoint, so
+# a test can rely on it once this script returns. Prints "ISSUER ENDPOINT"
+# (ENDPOINT "-" when registration is off).
+DISCOVERED="$(python3 - "$BASE/api/oidc/.well-known/openid-configuration" "$deadline" "$REGISTRATION" <<'EOF'
 import json, sys, time, urllib.request, urllib.error
-url, deadline = sys.argv[1], float(sys.argv[2])
+url, deadline, registration = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 while True:
     try:
         doc = json.loads(opener.open(url, timeout=2).read())
-        print(doc["issuer"])
-        sys.exit(0)
+        if registration == "off":
+            print(doc["issuer"], "-")
+            sys.exit(0)
+        if doc.get("registration_endpoint"):
+            print(doc["issuer"], doc["registration_endpoint"])
+            sys.exit(0)
+        err = "no registration_endpoint listed yet"
     except Exception as e:
         err = e
     if time.time() > deadline:
-        print("discovery did not answer: %s" % err, file=sys.stderr)
+        print("discovery did not answer as expected: %s" % err, file=sys.stderr)
         sys.exit(1)
     time.sleep(0.05)
 EOF
-)" || fail "OIDC discovery did not come up at $BASE/api/oidc"
+)" || fail "OIDC discovery did not come up at $BASE/api/oidc (GLEWLWYD_REGISTRATION=$REGISTRATION)"
+ISSUER="${DISCOVERED% *}"
+REGISTRATION_ENDPOINT="${DISCOVERED##* }"
 
 q() { printf "%s='%s'\n" "$1" "$2"; }
 {
@@ -214,6 +233,15 @@ q() { printf "%s='%s'\n" "$1" "$2"; }
     q GLEWLWYD_REFRESH_TOKEN_SECONDS "$RT_SECONDS"
     q GLEWLWYD_DEVICE_INTERVAL "$DEVICE_INTERVAL"
     q GLEWLWYD_DPOP "$DPOP"
+    q GLEWLWYD_REGISTRATION "$REGISTRATION"
+    if [ "$REGISTRATION" != off ]; then
+        q GLEWLWYD_REGISTRATION_ENDPOINT "$REGISTRATION_ENDPOINT"
+    fi
+    if [ "$REGISTRATION" = token ]; then
+        # As provision.py's REGISTRAR.
+        q GLEWLWYD_REGISTRAR_CLIENT_ID "registrar"
+        q GLEWLWYD_REGISTRAR_SECRET "s3cret-registrar"
+    fi
     q GLEWLWYD_SCOPE "openid offline_access profile email"
     q GLEWLWYD_REDIRECT_URI "http://127.0.0.1:53682/callback"
     q GLEWLWYD_USERNAME "ada"
