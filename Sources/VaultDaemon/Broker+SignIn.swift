@@ -112,8 +112,11 @@ extension Broker: SignInBroker {
         guard self.accounts[name]?.generation == generation else {
             throw self.fenced(name, rotated: refreshToken, client: client, metadata: metadata)
         }
-        let clientSecret = self.accounts[name]?.secrets.clientSecret
-        let secrets = AccountSecrets(refreshToken: refreshToken, clientSecret: clientSecret, idToken: response.idToken, dpopKey: sealedKey)
+        var signedIn = self.accounts[name]?.secrets.client ?? AccountSecrets()
+        signedIn.refreshToken = refreshToken
+        signedIn.idToken = response.idToken
+        signedIn.dpopKey = sealedKey
+        let secrets = signedIn
         do {
             let owner = self.owner(of: name)
             try await self.stored { store throws(StoreError) in try await store.save(secrets, for: owner) }

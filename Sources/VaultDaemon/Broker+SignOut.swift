@@ -75,8 +75,9 @@ extension Broker {
 
     /// Everything local: memory first (nothing is served from here on, and
     /// every refresh or sign-in in flight is fenced), then every store that
-    /// may hold a copy, then the subscribers. The client secret is the
-    /// application's, not the user's: it stays in the configured store.
+    /// may hold a copy, then the subscribers. The client secret and the
+    /// registration are the client's, not the user's: they stay in the
+    /// configured store.
     private func wipe(_ name: String) async throws(VaultError) -> Wipe {
         guard let account = self.accounts[name] else { throw VaultError.unknownAccount(name) }
         try self.requireUnlocked()
@@ -84,7 +85,7 @@ extension Broker {
         let spending = account.spending?.task
         let accessTokens = self.cache.liveTokens(account: name, now: self.clock.now())
         self.forgetSecrets(of: name)
-        let kept = secrets.clientSecret.map { AccountSecrets(clientSecret: $0) }
+        let kept = secrets.client
         if let kept { self.accounts[name]?.secrets = kept }
         var wipe = Wipe(
             name: name, configuration: account.configuration, secrets: secrets, wiped: [.memory], notified: 0, spending: spending,

@@ -174,7 +174,9 @@ package actor Broker {
                         accessTokenExpiresAt: self.cache.token(account: account.configuration.name, key: nil)
                             .map { Seconds.int64($0.expiresAt) },
                         needsReauth: account.needsReauth,
-                        dpopJKT: account.secrets.dpop?.thumbprint
+                        dpopJKT: account.secrets.dpop?.thumbprint,
+                        clientID: account.configuration.clientID,
+                        registration: account.configuration.registration
                     )
                 },
             storageError: self.storageError
@@ -218,7 +220,35 @@ package actor Broker {
         return found
     }
 
+    /// Adds an account. One that names no client id gets a client
+    /// registered for it at its issuer (RFC 7591), kept as `dynamic`; the
+    /// registration is deleted again if the account is not added after all.
     package func add(_ addition: AccountAddition) async throws(VaultError) -> AccountResult {
+        var addition = addition
+        // The client's word is never taken for where the client id came from.
+        addition.configuration.registration = .manual
+        guard addition.configuration.clientID.isEmpty else { return try await self.add(addition, registration: nil) }
+        var named = addition.configuration
+        named.clientID = "-"
+        try AccountValidation.validate(named)
+        guard self.accounts[named.name] == nil else { throw VaultError.accountExists(named.name) }
+        let (registration, redirectURI) = try await self.register(addition)
+        addition.configuration.clientID = registration.clientID
+        addition.configuration.redirectURI = redirectURI
+        addition.configuration.registration = .dynamic
+        addition.clientSecret = registration.clientSecret
+        do {
+            return try await self.add(addition, registration: registration)
+        } catch {
+            if let token = registration.accessToken, let uri = registration.clientURI.flatMap({ try? SecretBytes(utf8: $0) }) {
+                let name = named.name
+                self.chores.finish { _ = await self.deleteRegistration(name, token: token, uri: uri) }
+            }
+            throw error
+        }
+    }
+
+    private func add(_ addition: AccountAddition, registration: ClientRegistration?) async throws(VaultError) -> AccountResult {
         var shared = SharedText(self.accounts.values.lazy.map(\.configuration))
         var configuration = shared.share(addition.configuration)
         try AccountValidation.validate(configuration)
@@ -228,7 +258,16 @@ package actor Broker {
         guard self.accounts[name] == nil else {
             throw VaultError.accountExists(name)
         }
-        let secrets = AccountSecrets(refreshToken: addition.refreshToken, clientSecret: addition.clientSecret)
+        var added = AccountSecrets(refreshToken: addition.refreshToken, clientSecret: addition.clientSecret)
+        if let token = registration?.accessToken, let uri = registration?.clientURI {
+            added.registrationAccessToken = token
+            do {
+                added.registrationClientURI = try SecretBytes(utf8: uri)
+            } catch {
+                throw VaultError.outOfGuardedMemory
+            }
+        }
+        let secrets = added
         if !secrets.isEmpty { try self.requireUnlocked() }
         // Claim the name before the first suspension, so a concurrent add of
         // the same name fails instead of racing; the secrets are queued before
@@ -273,12 +312,24 @@ package actor Broker {
     }
 
     /// Signs the account out (revoking its refresh token), then forgets it
-    /// and whatever secret it still had (a client secret).
+    /// and whatever secret it still had (a client secret); last, a client
+    /// vaultd registered for it is deleted at the issuer (RFC 7592). If that
+    /// fails the account is removed all the same, and the answer says what
+    /// is left at the issuer.
     package func remove(_ name: String) async throws(VaultError) -> RemovalResult {
-        guard self.accounts[name] != nil else { throw VaultError.unknownAccount(name) }
+        guard let registered = self.accounts[name]?.configuration.registration else { throw VaultError.unknownAccount(name) }
         var receipt = SignOutReceipt(name: name, revoked: .no, wiped: [.memory])
         if !self.store.isLocked {
             receipt = try await self.signOut(name).0
+        }
+        // Copies of their own: forgetting the account wipes its secrets in place.
+        let held = self.accounts[name]?.secrets
+        let registration = held.flatMap { secrets -> (SecretBytes, SecretBytes)? in
+            guard let token = secrets.registrationAccessToken, let uri = secrets.registrationClientURI else { return nil }
+            guard let tokenCopy = try? token.withUnsafeBytes({ bytes throws(SodiumError) in try SecretBytes(copying: bytes) }),
+                let uriCopy = try? uri.withUnsafeBytes({ bytes throws(SodiumError) in try SecretBytes(copying: bytes) })
+            else { return nil }
+            return (tokenCopy, uriCopy)
         }
         self.forgetSecrets(of: name)
         var wiped = Set(receipt.wiped)
@@ -296,7 +347,18 @@ package actor Broker {
         try await self.saveDirectory()
         let places = SecretPlace.allCases.filter(wiped.contains)
         self.logger.info("account removed", metadata: ["account": "\(name)", "wiped": "\(places)"])
-        return RemovalResult(account: name, wiped: places, revoked: receipt.revoked)
+        var result = RemovalResult(account: name, wiped: places, revoked: receipt.revoked)
+        if registered == .dynamic {
+            if let (token, uri) = registration {
+                result.registrationLeft = await self.deleteRegistration(name, token: token, uri: uri)
+            } else {
+                result.registrationLeft = self.store.isLocked
+                    ? "the client registered for it stays at the issuer (the vault is locked: its registration token could not be read)"
+                    : "the client registered for it stays at the issuer (the issuer gave no registration token to delete it with)"
+            }
+            result.registrationDeleted = result.registrationLeft == nil
+        }
+        return result
     }
 
     /// Drops the key and every secret from memory. A refresh at the issuer

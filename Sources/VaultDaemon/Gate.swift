@@ -336,12 +336,16 @@ package enum Gate {
 
     /// What of `status` a share may show: its own accounts, while each is
     /// the account shared, and whether the vault is locked; nothing of where
-    /// or how the secrets rest.
+    /// or how the secrets rest, nor of the client the account signs in as.
     static func visible(_ status: StatusResult, through grant: ShareGrant, policy: (String) -> AccountPolicy?) -> StatusResult {
         var visible = StatusResult(backend: nil, locked: status.locked, keySource: nil, accounts: status.accounts)
         visible.accounts.removeAll { row in
             guard let shared = grant.accounts[row.name] else { return true }
             return policy(row.name)?.identity != shared.identity
+        }
+        for index in visible.accounts.indices {
+            visible.accounts[index].clientID = nil
+            visible.accounts[index].registration = nil
         }
         return visible
     }

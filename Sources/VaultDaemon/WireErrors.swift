@@ -171,6 +171,30 @@ extension VaultError {
 
     // MARK: Accounts and their configuration (AccountValidation, AccountDirectory)
 
+    static func clientIDRequired(_ issuer: String) -> VaultError {
+        VaultError(
+            .clientIDRequired,
+            "\(issuer.escaped(for: .terminal)) registers no clients (its discovery names no registration_endpoint); give the client id its admin made: vaultctl account add NAME --issuer URL --client-id ID"
+        )
+    }
+
+    /// The issuer would not register a client for `name` (RFC 7591 §3.2.2).
+    static func registrationRefused(_ error: ProviderError, account name: String) -> VaultError {
+        guard case .rejected(let code, let description) = error else { return VaultError(error, account: name) }
+        let because = description.map { " (\($0))" } ?? ""
+        let remedy = code == "invalid_token"
+            ? "give the initial access token its admin made: vaultctl account add \(name) --issuer URL --registration-token < token.txt"
+            : "or give the client id its admin made: vaultctl account add \(name) --issuer URL --client-id ID"
+        return VaultError(
+            .idpError,
+            "the issuer refused to register a client for '\(name)': \(code)\(because); \(remedy)",
+            error: code,
+            errorDescription: description
+        )
+    }
+
+    static let noRedirectPort = VaultError(.internalError, "no port of 127.0.0.1 is free for the client's redirect URI")
+
     static func accountExists(_ name: String) -> VaultError {
         VaultError(.badRequest, "an account named '\(name)' exists; remove it first with: vaultctl account remove \(name)")
     }

@@ -9,6 +9,9 @@ public struct ProviderMetadata: Hashable, Sendable, Codable {
     public var endSessionEndpoint: String?
     public var deviceAuthorizationEndpoint: String?
     public var introspectionEndpoint: String?
+    /// Where a client registers itself (RFC 7591 §3; OpenID Connect
+    /// Dynamic Client Registration): nil, the issuer takes none.
+    public var registrationEndpoint: String?
     public var tokenEndpointAuthMethodsSupported: [String]?
     /// The algorithms the issuer takes DPoP proofs in (RFC 9449 §5.1); nil:
     /// the issuer does not do DPoP.
@@ -29,6 +32,7 @@ public struct ProviderMetadata: Hashable, Sendable, Codable {
         case endSessionEndpoint = "end_session_endpoint"
         case deviceAuthorizationEndpoint = "device_authorization_endpoint"
         case introspectionEndpoint = "introspection_endpoint"
+        case registrationEndpoint = "registration_endpoint"
         case tokenEndpointAuthMethodsSupported = "token_endpoint_auth_methods_supported"
         case dpopSigningAlgValuesSupported = "dpop_signing_alg_values_supported"
     }
@@ -37,7 +41,7 @@ public struct ProviderMetadata: Hashable, Sendable, Codable {
     var endpoints: [String] {
         [self.tokenEndpoint] + [
             self.authorizationEndpoint, self.userinfoEndpoint, self.jwksURI, self.revocationEndpoint,
-            self.endSessionEndpoint, self.deviceAuthorizationEndpoint, self.introspectionEndpoint,
+            self.endSessionEndpoint, self.deviceAuthorizationEndpoint, self.introspectionEndpoint, self.registrationEndpoint,
         ].compactMap { $0 }
     }
 

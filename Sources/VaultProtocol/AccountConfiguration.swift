@@ -21,6 +21,8 @@ public struct AccountConfiguration: Hashable, Codable, Sendable {
     public var refreshAhead: Int
     /// Whether the account's grants are bound to a DPoP key (RFC 9449).
     public var dpop: DPoPMode
+    /// Where `clientID` came from.
+    public var registration: ClientRegistrationKind
 
     public static let defaultRefreshAhead = 80
 
@@ -33,7 +35,8 @@ public struct AccountConfiguration: Hashable, Codable, Sendable {
         releaseRefreshToken: Bool = false,
         redirectURI: String? = nil,
         refreshAhead: Int = Self.defaultRefreshAhead,
-        dpop: DPoPMode = .auto
+        dpop: DPoPMode = .auto,
+        registration: ClientRegistrationKind = .manual
     ) {
         self.name = name
         self.issuer = issuer
@@ -44,10 +47,11 @@ public struct AccountConfiguration: Hashable, Codable, Sendable {
         self.redirectURI = redirectURI
         self.refreshAhead = refreshAhead
         self.dpop = dpop
+        self.registration = registration
     }
 
     enum CodingKeys: String, CodingKey {
-        case name, issuer, scopes, dpop
+        case name, issuer, scopes, dpop, registration
         case identity
         case clientID = "client_id"
         case allowedClients = "allowed_clients"
@@ -61,14 +65,24 @@ public struct AccountConfiguration: Hashable, Codable, Sendable {
         self.name = try c.decode(String.self, forKey: .name)
         self.identity = try c.decodeIfPresent(String.self, forKey: .identity)
         self.issuer = try c.decode(String.self, forKey: .issuer)
-        self.clientID = try c.decode(String.self, forKey: .clientID)
+        // Empty: none given, for `account.add` to register one.
+        self.clientID = try c.decodeIfPresent(String.self, forKey: .clientID) ?? ""
         self.scopes = try c.decodeIfPresent([String].self, forKey: .scopes) ?? []
         self.allowedClients = try c.decodeIfPresent([String].self, forKey: .allowedClients) ?? []
         self.releaseRefreshToken = try c.decodeIfPresent(Bool.self, forKey: .releaseRefreshToken) ?? false
         self.redirectURI = try c.decodeIfPresent(String.self, forKey: .redirectURI)
         self.refreshAhead = try c.decodeIfPresent(Int.self, forKey: .refreshAhead) ?? Self.defaultRefreshAhead
         self.dpop = try c.decodeIfPresent(DPoPMode.self, forKey: .dpop) ?? .auto
+        self.registration = try c.decodeIfPresent(ClientRegistrationKind.self, forKey: .registration) ?? .manual
     }
+}
+
+/// Where an account's client id came from: `account.add`'s `client_id`
+/// (`manual`), or a registration vaultd made at the issuer (`dynamic`,
+/// RFC 7591), which `account.remove` deletes.
+public enum ClientRegistrationKind: String, Codable, Sendable, CaseIterable {
+    case manual
+    case dynamic
 }
 
 /// An account's `dpop`: when its grants are bound to a key of the vault.

@@ -43,6 +43,8 @@ public struct ErrorCode: RawRepresentable, Hashable, Codable, Sendable, CustomSt
     public static let storageFull = ErrorCode(rawValue: "storage_full")
     /// The vault could not be written: its file or folder is not writable.
     public static let storageDenied = ErrorCode(rawValue: "storage_denied")
+    /// `account.add` without a `client_id`, at an issuer that offers no registration.
+    public static let clientIDRequired = ErrorCode(rawValue: "client_id_required")
 }
 
 /// The only error that crosses the socket. `message` is a sentence for a

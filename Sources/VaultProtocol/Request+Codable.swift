@@ -10,12 +10,13 @@ extension Request: Decodable {
         case forceRefresh = "force_refresh"
         case clientSecret = "client_secret"
         case refreshToken = "refresh_token"
+        case registrationToken = "registration_token"
     }
 
     /// The fields that carry secrets: `LineCodec` takes them into guarded
     /// memory before the rest of the line is decoded.
     static let secretKeys: Set<String> = [
-        Key.passphrase, .password, .code, .clientSecret, .refreshToken,
+        Key.passphrase, .password, .code, .clientSecret, .refreshToken, .registrationToken,
     ].reduce(into: []) { $0.insert($1.stringValue) }
 
     public init(from decoder: any Decoder) throws {
@@ -134,7 +135,8 @@ extension Request: Decodable {
                 AccountAddition(
                     configuration: try AccountConfiguration(from: decoder),
                     clientSecret: try c.decodeSecretIfPresent(decoder, forKey: .clientSecret),
-                    refreshToken: try c.decodeSecretIfPresent(decoder, forKey: .refreshToken)
+                    refreshToken: try c.decodeSecretIfPresent(decoder, forKey: .refreshToken),
+                    registrationToken: try c.decodeSecretIfPresent(decoder, forKey: .registrationToken)
                 )
             )
         }
@@ -286,6 +288,7 @@ extension Request: Encodable {
             try addition.configuration.encode(to: encoder)
             try c.encodeSecretIfPresent(addition.clientSecret, forKey: .clientSecret)
             try c.encodeSecretIfPresent(addition.refreshToken, forKey: .refreshToken)
+            try c.encodeSecretIfPresent(addition.registrationToken, forKey: .registrationToken)
         }
     }
 }

@@ -49,11 +49,20 @@ public struct AccountAddition: Sendable {
     public var configuration: AccountConfiguration
     public var clientSecret: SecretBytes?
     public var refreshToken: SecretBytes?
+    /// With no `client_id`: the initial access token an issuer may ask
+    /// before it registers a client (RFC 7591 §3).
+    public var registrationToken: SecretBytes?
 
-    public init(configuration: AccountConfiguration, clientSecret: SecretBytes? = nil, refreshToken: SecretBytes? = nil) {
+    public init(
+        configuration: AccountConfiguration,
+        clientSecret: SecretBytes? = nil,
+        refreshToken: SecretBytes? = nil,
+        registrationToken: SecretBytes? = nil
+    ) {
         self.configuration = configuration
         self.clientSecret = clientSecret
         self.refreshToken = refreshToken
+        self.registrationToken = registrationToken
     }
 }
 

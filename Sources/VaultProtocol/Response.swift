@@ -104,6 +104,10 @@ public struct AccountStatus: Codable, Sendable, Equatable {
     public var needsReauth: Bool
     /// The RFC 7638 thumbprint of the key the grant is bound to (DPoP); nil for a bearer grant.
     public var dpopJKT: String?
+    /// The client the account signs in as, and where its id came from;
+    /// nil through a share, which shows neither.
+    public var clientID: String?
+    public var registration: ClientRegistrationKind?
 
     public init(
         name: String,
@@ -112,7 +116,9 @@ public struct AccountStatus: Codable, Sendable, Equatable {
         username: String? = nil,
         accessTokenExpiresAt: Int64? = nil,
         needsReauth: Bool = false,
-        dpopJKT: String? = nil
+        dpopJKT: String? = nil,
+        clientID: String? = nil,
+        registration: ClientRegistrationKind? = nil
     ) {
         self.name = name
         self.issuer = issuer
@@ -121,14 +127,17 @@ public struct AccountStatus: Codable, Sendable, Equatable {
         self.accessTokenExpiresAt = accessTokenExpiresAt
         self.needsReauth = needsReauth
         self.dpopJKT = dpopJKT
+        self.clientID = clientID
+        self.registration = registration
     }
 
     enum CodingKeys: String, CodingKey {
-        case name, issuer, username
+        case name, issuer, username, registration
         case signedIn = "signed_in"
         case accessTokenExpiresAt = "access_token_expires_at"
         case needsReauth = "needs_reauth"
         case dpopJKT = "dpop_jkt"
+        case clientID = "client_id"
     }
 
     /// Every field of the contract, `null` when unknown.
@@ -141,6 +150,8 @@ public struct AccountStatus: Codable, Sendable, Equatable {
         try c.encode(self.accessTokenExpiresAt, forKey: .accessTokenExpiresAt)
         try c.encode(self.needsReauth, forKey: .needsReauth)
         try c.encode(self.dpopJKT, forKey: .dpopJKT)
+        try c.encodeIfPresent(self.clientID, forKey: .clientID)
+        try c.encodeIfPresent(self.registration, forKey: .registration)
     }
 }
 
@@ -170,11 +181,23 @@ public struct RemovalResult: ResultPayload, Equatable {
     public var wiped: [SecretPlace]
     /// As in `signout`: whether the refresh token was revoked at the issuer.
     public var revoked: Revocation?
+    /// For a client vaultd registered (RFC 7591): whether the registration
+    /// was deleted at the issuer (RFC 7592), and when not, what is left there.
+    public var registrationDeleted: Bool?
+    public var registrationLeft: String?
 
-    public init(account: String, wiped: [SecretPlace], revoked: Revocation? = nil) {
+    public init(account: String, wiped: [SecretPlace], revoked: Revocation? = nil, registrationDeleted: Bool? = nil, registrationLeft: String? = nil) {
         self.account = account
         self.wiped = wiped
         self.revoked = revoked
+        self.registrationDeleted = registrationDeleted
+        self.registrationLeft = registrationLeft
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case account, wiped, revoked
+        case registrationDeleted = "registration_deleted"
+        case registrationLeft = "registration_left"
     }
 }
 

@@ -106,6 +106,25 @@ package final class LoopbackListener: Sendable {
         return LoopbackListener(redirectURI: uri, channel: channel, connections: connections)
     }
 
+    /// A redirect URI on a port of 127.0.0.1 free now, for a client that
+    /// registers the one URI it will listen on from then on (issuers match
+    /// it exactly, port included, as Glewlwyd does). The port is below the
+    /// kernel's range for outgoing connections (`ip_local_port_range`), so
+    /// no connection of another program takes it by chance before a
+    /// sign-in listens there. Nil when no port is free.
+    package static func freeRedirectURI() -> String? {
+        for _ in 0..<100 {
+            let port = Int.random(in: 20000..<32000)
+            guard let address = try? SocketAddress(ipAddress: "127.0.0.1", port: port) else { return nil }
+            let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            guard fd >= 0 else { return nil }
+            let bound = address.withSockAddr { Glibc.bind(fd, $0, socklen_t($1)) }
+            Glibc.close(fd)
+            if bound == 0 { return "http://127.0.0.1:\(port)/callback" }
+        }
+        return nil
+    }
+
     /// Stops listening and closes every connection still open, but for
     /// one being answered: it closes once its page is sent.
     package func close() {

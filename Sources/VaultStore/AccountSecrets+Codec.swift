@@ -8,6 +8,8 @@ extension AccountSecrets {
         case clientSecret = 2
         case idToken = 3
         case dpopKey = 4
+        case registrationAccessToken = 5
+        case registrationClientURI = 6
     }
 
     private var fields: [(UInt8, SecretBytes)] {
@@ -16,6 +18,8 @@ extension AccountSecrets {
         if let clientSecret { fields.append((Tag.clientSecret.rawValue, clientSecret)) }
         if let idToken { fields.append((Tag.idToken.rawValue, idToken)) }
         if let dpopKey { fields.append((Tag.dpopKey.rawValue, dpopKey)) }
+        if let registrationAccessToken { fields.append((Tag.registrationAccessToken.rawValue, registrationAccessToken)) }
+        if let registrationClientURI { fields.append((Tag.registrationClientURI.rawValue, registrationClientURI)) }
         for field in self.unknownFields { fields.append((field.tag, field.value)) }
         return fields
     }
@@ -75,6 +79,8 @@ extension AccountSecrets {
                 case .clientSecret: secrets.clientSecret = value
                 case .idToken: secrets.idToken = value
                 case .dpopKey: secrets.dpopKey = value
+                case .registrationAccessToken: secrets.registrationAccessToken = value
+                case .registrationClientURI: secrets.registrationClientURI = value
                 case nil:
                     // A field from a newer version: authenticated, kept unread, written back.
                     secrets.unknownFields.removeAll { $0.tag == tag }

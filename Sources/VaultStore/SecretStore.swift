@@ -11,6 +11,12 @@ public struct AccountSecrets: Sendable, Equatable {
     /// then its secret key): the refresh token is bound to it, so it rests
     /// and goes with the refresh token.
     public var dpopKey: SecretBytes?
+    /// A client tokenvault registered for the account (RFC 7591): the bearer
+    /// token and the client's URI that delete the registration (RFC 7592),
+    /// kept until the account is removed, whatever sign-ins and sign-outs
+    /// come between.
+    public var registrationAccessToken: SecretBytes?
+    public var registrationClientURI: SecretBytes?
     /// Fields of a newer tokenvault, by tag: kept, unread, and written back
     /// as they were, so an older vaultd that rewrites a record loses nothing.
     public var unknownFields: [UnknownField] = []
@@ -24,16 +30,32 @@ public struct AccountSecrets: Sendable, Equatable {
         refreshToken: SecretBytes? = nil,
         clientSecret: SecretBytes? = nil,
         idToken: SecretBytes? = nil,
-        dpopKey: SecretBytes? = nil
+        dpopKey: SecretBytes? = nil,
+        registrationAccessToken: SecretBytes? = nil,
+        registrationClientURI: SecretBytes? = nil
     ) {
         self.refreshToken = refreshToken
         self.clientSecret = clientSecret
         self.idToken = idToken
         self.dpopKey = dpopKey
+        self.registrationAccessToken = registrationAccessToken
+        self.registrationClientURI = registrationClientURI
+    }
+
+    /// The client's part, which stays with the account whoever signs in or
+    /// out: the client secret and the registration; nil when there is none.
+    public var client: AccountSecrets? {
+        let client = AccountSecrets(
+            clientSecret: self.clientSecret,
+            registrationAccessToken: self.registrationAccessToken,
+            registrationClientURI: self.registrationClientURI
+        )
+        return client.isEmpty ? nil : client
     }
 
     public var isEmpty: Bool {
         self.refreshToken == nil && self.clientSecret == nil && self.idToken == nil && self.dpopKey == nil
+            && self.registrationAccessToken == nil && self.registrationClientURI == nil
     }
 }
 

@@ -15,20 +15,40 @@ struct Account: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "add",
             abstract: "Add an account: an issuer and the client that signs in to it.",
-            discussion: "Secrets never go on the command line: --client-secret reads the secret from the terminal or stdin."
+            discussion: """
+                Without --client-id, vaultd registers a client for the account at the issuer (RFC 7591), \
+                when its discovery offers registration, and deletes it again with the account. \
+                Secrets never go on the command line: --client-secret and --registration-token read \
+                theirs from the terminal or stdin.
+                """
         )
 
         @OptionGroup var connection: Connection
 
         @OptionGroup var account: AccountOptions
 
+        @Flag(help: "Without --client-id: read the initial access token the issuer asks before it registers a client, from the terminal (no echo) or stdin.")
+        var registrationToken = false
+
+        func validate() throws {
+            if self.registrationToken, self.account.clientID != nil {
+                throw ValidationError("--registration-token is for registering a client; with --client-id nothing is registered")
+            }
+        }
+
         func run() throws {
             let secret = self.account.clientSecret ? try Prompt.secret("client secret: ") : nil
+            let token = self.registrationToken ? try Prompt.secret("initial access token: ") : nil
             try self.connection.run { (vault) throws(VaultError) in
-                let addition = AccountAddition(configuration: self.account.configuration, clientSecret: secret)
+                let addition = AccountAddition(configuration: self.account.configuration, clientSecret: secret, registrationToken: token)
                 let reply = try vault.send(.accountAdd(addition))
                 if self.connection.json { return self.connection.printJSON(reply) }
-                Output.line("added \(self.account.name) (\(self.account.issuer))")
+                let added = try Output.field(AccountResult.self, of: reply)
+                if added.account.registration == .dynamic {
+                    Output.line("added \(added.account.name) (\(added.account.issuer)) with client \(added.account.clientID), registered at the issuer; sign in with: vaultctl signin \(added.account.name)")
+                } else {
+                    Output.line("added \(added.account.name) (\(added.account.issuer))")
+                }
             }
         }
     }
@@ -65,7 +85,9 @@ struct Account: ParsableCommand {
                 if self.connection.json { return self.connection.printJSON(reply) }
                 let removal = try Output.field(RemovalResult.self, of: reply)
                 let revoked = removal.revoked == .yes ? "; refresh token revoked at the issuer" : ""
-                Output.line("removed \(removal.account); secrets wiped from: \(removal.wiped.map(\.rawValue).joined(separator: ", "))\(revoked)")
+                let registration = removal.registrationDeleted == true ? "; its client's registration deleted at the issuer" : ""
+                Output.line("removed \(removal.account); secrets wiped from: \(removal.wiped.map(\.rawValue).joined(separator: ", "))\(revoked)\(registration)")
+                if let left = removal.registrationLeft { Output.note("but \(left)") }
             }
         }
     }
@@ -79,8 +101,8 @@ struct AccountOptions: ParsableArguments {
     @Option(help: "The issuer URL (https, or http on loopback).")
     var issuer: String
 
-    @Option(help: "The OAuth client id.")
-    var clientID: String
+    @Option(help: "The OAuth client id (account add without it: a client registered at the issuer).")
+    var clientID: String?
 
     @Option(name: .customLong("scope"), help: "A scope to ask for; repeat for more.")
     var scopes: [String] = ["openid", "offline_access"]
@@ -111,7 +133,7 @@ struct AccountOptions: ParsableArguments {
         AccountConfiguration(
             name: self.name,
             issuer: self.issuer,
-            clientID: self.clientID,
+            clientID: self.clientID ?? "",
             scopes: self.scopes,
             allowedClients: self.allowedClients,
             releaseRefreshToken: self.releaseRefreshToken,

@@ -107,6 +107,10 @@ struct Import: ParsableCommand {
     @OptionGroup var connection: Connection
     @OptionGroup var account: AccountOptions
 
+    func validate() throws {
+        guard self.account.clientID != nil else { throw ValidationError("import needs --client-id: the refresh token belongs to that client") }
+    }
+
     func run() throws {
         let refreshToken = try Prompt.secret("refresh token: ")
         let secret = self.account.clientSecret ? try Prompt.secret("client secret: ") : nil

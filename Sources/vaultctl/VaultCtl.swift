@@ -86,6 +86,7 @@ extension ErrorCode {
     /// Exit codes follow sysexits(3), by code alone.
     var exitCode: Int32 {
         switch self {
+        case .clientIDRequired: 64  // EX_USAGE: the command needs --client-id
         case .badRequest, .unknownOp, .lineTooLong: 65  // EX_DATAERR
         case .endOfInput: 66  // EX_NOINPUT
         case .unknownAccount, .notSignedIn, .flowNotFound, .userNotFound: 67  // EX_NOUSER

@@ -7,13 +7,17 @@ package struct Glewlwyd {
     package let env: [String: String]
     package var issuer: String { self.env["GLEWLWYD_ISSUER"] ?? "" }
 
-    /// `dpop`: `off`, `on`, or `nonce:N` (demo/glewlwyd/start.sh's `GLEWLWYD_DPOP`).
-    package static func start(accessTokenSeconds: Int = 3, dpop: String = "off") async throws -> Glewlwyd {
+    /// `dpop`: `off`, `on`, or `nonce:N` (demo/glewlwyd/start.sh's `GLEWLWYD_DPOP`);
+    /// `registration`: `off`, `open` or `token` (`GLEWLWYD_REGISTRATION`).
+    package static func start(accessTokenSeconds: Int = 3, dpop: String = "off", registration: String = "off") async throws -> Glewlwyd {
         let folder = try temporaryFolder()
         let started = try await runTool(
             packageRoot + "/demo/glewlwyd/start.sh",
             [folder],
-            environment: ["GLEWLWYD_ACCESS_TOKEN_SECONDS": String(accessTokenSeconds), "GLEWLWYD_DPOP": dpop]
+            environment: [
+                "GLEWLWYD_ACCESS_TOKEN_SECONDS": String(accessTokenSeconds), "GLEWLWYD_DPOP": dpop,
+                "GLEWLWYD_REGISTRATION": registration,
+            ]
         )
         guard started.status == 0 else { throw ToolFailure(message: "glewlwyd did not start: \(started.stderr)") }
         return Glewlwyd(folder: folder, env: try environment(in: folder + "/env"))
@@ -24,8 +28,13 @@ package struct Glewlwyd {
     }
 
     /// Runs `body` with a fresh provider and stops it afterwards, whatever happens.
-    package static func with(accessTokenSeconds: Int = 3, dpop: String = "off", _ body: (Glewlwyd) async throws -> Void) async throws {
-        let provider = try await Glewlwyd.start(accessTokenSeconds: accessTokenSeconds, dpop: dpop)
+    package static func with(
+        accessTokenSeconds: Int = 3,
+        dpop: String = "off",
+        registration: String = "off",
+        _ body: (Glewlwyd) async throws -> Void
+    ) async throws {
+        let provider = try await Glewlwyd.start(accessTokenSeconds: accessTokenSeconds, dpop: dpop, registration: registration)
         do {
             try await body(provider)
         } catch {
@@ -67,6 +76,35 @@ package struct Glewlwyd {
             throw ToolFailure(message: "no code in the redirect: \(location)")
         }
         return code
+    }
+
+    /// A fresh initial access token for registration (`registration: token`).
+    package func initialAccessToken() async throws -> String {
+        let result = try await runTool(packageRoot + "/demo/glewlwyd/initial-token.py", [self.folder])
+        guard result.status == 0 else { throw ToolFailure(message: "no initial access token: \(result.stderr)") }
+        return result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// The provider's clients, from its database: id and whether enabled.
+    package func clients() async throws -> [String: Bool] {
+        let result = try await runTool("/usr/bin/sqlite3", [self.folder + "/glewlwyd.db", "SELECT gc_client_id, gc_enabled FROM g_client;"])
+        guard result.status == 0 else { throw ToolFailure(message: "sqlite3: \(result.stderr)") }
+        var clients: [String: Bool] = [:]
+        for line in result.stdout.split(separator: "\n") {
+            let parts = line.split(separator: "|")
+            if parts.count == 2 { clients[String(parts[0])] = parts[1] == "1" }
+        }
+        return clients
+    }
+
+    /// The hashes the provider keeps of the registration access tokens it
+    /// gave (`{SHA512}` and base64 of SHA-512; RFC 7592).
+    package func registrationTokenHashes() async throws -> [String] {
+        let result = try await runTool(
+            "/usr/bin/sqlite3", [self.folder + "/glewlwyd.db", "SELECT gpocr_management_at_hash FROM gpo_client_registration;"]
+        )
+        guard result.status == 0 else { throw ToolFailure(message: "sqlite3: \(result.stderr)") }
+        return result.stdout.split(separator: "\n").map(String.init).filter { !$0.isEmpty }
     }
 
     /// Revokes a token at the provider (RFC 7009).
