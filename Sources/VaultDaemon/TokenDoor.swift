@@ -117,10 +117,8 @@ struct TokenDoor: Sendable {
         } catch {
             throw .proofNotMade
         }
-        var metadata = Self.auditMetadata(account, peer, share: self.grant?.id)
-        metadata["htm"] = "\(ask.target.method)"
-        metadata["origin"] = "\(ask.target.origin)"
-        self.logger.info("dpop proof made", metadata: metadata)
+        // An autoclosure, as the token's audit line: nothing is built when the level drops the line.
+        self.logger.info("dpop proof made", metadata: Self.auditMetadata(account, peer, share: self.grant?.id, target: ask.target))
         return DPoPProofResult(
             proof: proof,
             accessToken: released.accessToken,
@@ -137,10 +135,14 @@ struct TokenDoor: Sendable {
         self.logger.info("token released", metadata: Self.auditMetadata(account, peer, share: self.grant?.id))
     }
 
-    private static func auditMetadata(_ account: String, _ peer: Peer, share: String?) -> Logger.Metadata {
+    private static func auditMetadata(_ account: String, _ peer: Peer, share: String?, target: DPoPTarget? = nil) -> Logger.Metadata {
         var metadata = peer.auditMetadata
         metadata["account"] = "\(account)"
         if let share { metadata["share"] = "\(share)" }
+        if let target {
+            metadata["htm"] = "\(target.method)"
+            metadata["origin"] = "\(target.origin)"
+        }
         return metadata
     }
 }
