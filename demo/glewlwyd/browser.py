@@ -2,6 +2,7 @@
 """Play the user's browser for an authorization request a client built.
 
   browser.py --issuer ISSUER --url AUTHORIZATION_URL
+             [--redirect-uri URI --scope SCOPE]
              [--username ada --password 'correct horse']
              [--deny | --wrong-state | --no-visit] [--timeout 30]
 
@@ -9,6 +10,11 @@ AUTHORIZATION_URL is what the client would open in a browser: the provider's
 authorization endpoint with response_type, client_id, redirect_uri, scope,
 state, nonce, code_challenge and code_challenge_method=S256. The script takes
 client_id, redirect_uri, scope and state from it.
+
+A pushed authorization request (RFC 9126) gives a URL with only client_id and
+request_uri (ISSUER/auth?client_id=CID&request_uri=URN): pass the redirect_uri
+and scope that were pushed with --redirect-uri and --scope (used only when the
+URL has none). The code redirect then carries the pushed state.
 
 Default: signs in through Glewlwyd's login API (POST /api/auth/), grants
   consent for that client_id and scope (PUT /api/auth/grant/CLIENT), GETs the
@@ -70,8 +76,14 @@ def provider_redirect(args, req):
     grant_consent(s, args.issuer, req["client_id"], req["scope"])
     status, location, body = authorize(s, args.url)
     if status != 302 or not location:
-        hint = " (Glewlwyd answers 403 with an empty body when redirect_uri is not registered" \
-               " exactly, port included: provision.py add-redirect-uri)" if status == 403 else ""
+        hint = ""
+        if status == 403 and "request_uri" in query_params(args.url):
+            hint = " (a pushed request_uri is good for one authorization, within its expires_in," \
+                   " and needs client_id beside it; Glewlwyd answers 403 'Invalid request' otherwise)"
+        elif status == 403:
+            hint = " (Glewlwyd answers 403 with an empty body when redirect_uri is not registered" \
+                   " exactly, port included: provision.py add-redirect-uri, or when the issuer" \
+                   " requires pushed authorization requests)"
         die("authorization endpoint answered HTTP %s, not a redirect to %s: %s%s"
             % (status, req["redirect_uri"], text(body), hint))
     if not same_endpoint(location, req["redirect_uri"]):
@@ -104,6 +116,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--issuer", required=True)
     ap.add_argument("--url", required=True, help="the authorization request URL the client built")
+    ap.add_argument("--redirect-uri",
+                    help="the redirect_uri, when the URL has none (a pushed request: client_id + request_uri)")
+    ap.add_argument("--scope", help="the scope to consent to, when the URL has none (a pushed request)")
     ap.add_argument("--username", default="ada")
     ap.add_argument("--password", default="correct horse")
     mode = ap.add_mutually_exclusive_group()
@@ -118,9 +133,13 @@ def main():
     args = ap.parse_args()
 
     req = query_params(args.url)
+    for name, given in (("redirect_uri", args.redirect_uri), ("scope", args.scope)):
+        if not req.get(name) and given:
+            req[name] = given
     for name in ("client_id", "redirect_uri") + (() if args.deny else ("scope",)):
         if not req.get(name):
-            die("the authorization URL has no %s: %s" % (name, args.url))
+            option = {"redirect_uri": " (or --redirect-uri)", "scope": " (or --scope)"}.get(name, "")
+            die("the authorization URL has no %s%s: %s" % (name, option, args.url))
     if urllib.parse.urlsplit(req["redirect_uri"]).scheme not in ("http", "https"):
         die("redirect_uri %r is not an http(s) URL" % req["redirect_uri"])
 

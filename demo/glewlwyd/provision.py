@@ -6,7 +6,7 @@ Called by start.sh; can also be used on its own:
   provision.py --base http://127.0.0.1:PORT --key key.pem --cert cert.pem \
                [--access-token-seconds 3] [--refresh-token-seconds 1209600] \
                [--device-interval 1] [--dpop off|on|nonce:N] \
-               [--registration off|open|token]
+               [--registration off|open|token] [--par off|on|required]
 
   provision.py --base http://127.0.0.1:PORT add-redirect-uri CLIENT_ID URI...
       adds redirect URIs to an existing client (Glewlwyd matches redirect_uri
@@ -149,6 +149,16 @@ def plugin_parameters(args):
             # The registrar's client_credentials request for the scope is
             # refused unless the plugin allows it.
             p["allowed-scope"] = p["allowed-scope"] + [REGISTER_SCOPE]
+    if args.par != "off":
+        # RFC 9126 at ISSUER/par: discovery then lists
+        # pushed_authorization_request_endpoint and
+        # require_pushed_authorization_requests. Per plugin instance, not per
+        # client: with oauth-par-required every client of this issuer must push.
+        p["oauth-par-allowed"] = True
+        # Must be non-empty.
+        p["oauth-par-request_uri-prefix"] = "urn:ietf:params:oauth:request_uri:"
+        p["oauth-par-duration"] = 90
+        p["oauth-par-required"] = args.par == "required"
     return p
 
 
@@ -262,6 +272,9 @@ def main():
     ap.add_argument("--registration", choices=("off", "open", "token"), default="off",
                     help="dynamic client registration (RFC 7591/7592): off, open (no initial "
                          "access token), or token (needs one with scope register)")
+    ap.add_argument("--par", choices=("off", "on", "required"), default="off",
+                    help="pushed authorization requests (RFC 9126): off, on (allowed at "
+                         "ISSUER/par), or required (a plain /auth request is refused)")
     sub = ap.add_subparsers(dest="cmd")
     r = sub.add_parser("add-redirect-uri")
     r.add_argument("client_id")

@@ -23,6 +23,11 @@
 #                                   token with scope register: initial-token.py
 #                                   DIR prints one; DIR/env names the registrar
 #                                   client that gets it)
+#   GLEWLWYD_PAR                    off (default), on (pushed authorization
+#                                   requests allowed at ISSUER/par, RFC 9126),
+#                                   or required (every authorization request
+#                                   of the issuer must be pushed; a plain
+#                                   /auth request is refused with 403)
 #   GLEWLWYD_START_TIMEOUT          seconds to wait for readiness (default 30)
 #   GLEWLWYD_LOG_LEVEL              NONE|ERROR|WARNING|INFO|DEBUG (default INFO)
 #
@@ -47,6 +52,8 @@ DPOP="${GLEWLWYD_DPOP:-off}"
 [[ "$DPOP" =~ ^(off|on|nonce:[1-9][0-9]*)$ ]] || fail "GLEWLWYD_DPOP must be off, on or nonce:N (got '$DPOP')"
 REGISTRATION="${GLEWLWYD_REGISTRATION:-off}"
 [[ "$REGISTRATION" =~ ^(off|open|token)$ ]] || fail "GLEWLWYD_REGISTRATION must be off, open or token (got '$REGISTRATION')"
+PAR="${GLEWLWYD_PAR:-off}"
+[[ "$PAR" =~ ^(off|on|required)$ ]] || fail "GLEWLWYD_PAR must be off, on or required (got '$PAR')"
 TIMEOUT="${GLEWLWYD_START_TIMEOUT:-30}"
 LOG_LEVEL="${GLEWLWYD_LOG_LEVEL:-INFO}"
 check_positive() { [[ "$2" =~ ^[0-9]+$ ]] && [ "$2" -gt 0 ] || fail "$1 must be a positive integer (got '$2')"; }
@@ -188,27 +195,35 @@ BASE="http://127.0.0.1:$PORT"
 python3 "$HERE/provision.py" --base "$BASE" \
     --key "$DIR/oidc-key.pem" --cert "$DIR/oidc-pub.pem" \
     --access-token-seconds "$AT_SECONDS" --refresh-token-seconds "$RT_SECONDS" \
-    --device-interval "$DEVICE_INTERVAL" --dpop "$DPOP" --registration "$REGISTRATION" \
+    --device-interval "$DEVICE_INTERVAL" --dpop "$DPOP" --registration "$REGISTRATION" --par "$PAR" \
     || fail "provisioning through the admin API failed"
 
 # The OIDC plugin must now answer discovery; take the issuer from it. With
-# registration on, also wait until discovery lists registration_endpoint, so
-# a test can rely on it once this script returns. Prints "ISSUER ENDPOINT"
-# (ENDPOINT "-" when registration is off).
-DISCOVERED="$(python3 - "$BASE/api/oidc/.well-known/openid-configuration" "$deadline" "$REGISTRATION" <<'EOF'
+# registration on, also wait until discovery lists registration_endpoint, and
+# with PAR on or required until it lists pushed_authorization_request_endpoint
+# and the matching require_pushed_authorization_requests, so a test can rely
+# on them once this script returns. Prints "ISSUER REGISTRATION_ENDPOINT
+# PAR_ENDPOINT" (an endpoint is "-" when its feature is off).
+DISCOVERED="$(python3 - "$BASE/api/oidc/.well-known/openid-configuration" "$deadline" "$REGISTRATION" "$PAR" <<'EOF'
 import json, sys, time, urllib.request, urllib.error
-url, deadline, registration = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+url, deadline, registration, par = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
 opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 while True:
     try:
         doc = json.loads(opener.open(url, timeout=2).read())
-        if registration == "off":
-            print(doc["issuer"], "-")
+        issuer = doc["issuer"]
+        if registration != "off" and not doc.get("registration_endpoint"):
+            err = "no registration_endpoint listed yet"
+        elif par != "off" and not doc.get("pushed_authorization_request_endpoint"):
+            err = "no pushed_authorization_request_endpoint listed yet"
+        elif par != "off" and doc.get("require_pushed_authorization_requests") is not (par == "required"):
+            err = "require_pushed_authorization_requests is %r, not %s yet" % (
+                doc.get("require_pushed_authorization_requests"), "true" if par == "required" else "false")
+        else:
+            print(issuer,
+                  doc["registration_endpoint"] if registration != "off" else "-",
+                  doc["pushed_authorization_request_endpoint"] if par != "off" else "-")
             sys.exit(0)
-        if doc.get("registration_endpoint"):
-            print(doc["issuer"], doc["registration_endpoint"])
-            sys.exit(0)
-        err = "no registration_endpoint listed yet"
     except Exception as e:
         err = e
     if time.time() > deadline:
@@ -216,9 +231,8 @@ while True:
         sys.exit(1)
     time.sleep(0.05)
 EOF
-)" || fail "OIDC discovery did not come up at $BASE/api/oidc (GLEWLWYD_REGISTRATION=$REGISTRATION)"
-ISSUER="${DISCOVERED% *}"
-REGISTRATION_ENDPOINT="${DISCOVERED##* }"
+)" || fail "OIDC discovery did not come up at $BASE/api/oidc (GLEWLWYD_REGISTRATION=$REGISTRATION, GLEWLWYD_PAR=$PAR)"
+read -r ISSUER REGISTRATION_ENDPOINT PAR_ENDPOINT <<<"$DISCOVERED"
 
 q() { printf "%s='%s'\n" "$1" "$2"; }
 {
@@ -241,6 +255,10 @@ q() { printf "%s='%s'\n" "$1" "$2"; }
         # As provision.py's REGISTRAR.
         q GLEWLWYD_REGISTRAR_CLIENT_ID "registrar"
         q GLEWLWYD_REGISTRAR_SECRET "s3cret-registrar"
+    fi
+    q GLEWLWYD_PAR "$PAR"
+    if [ "$PAR" != off ]; then
+        q GLEWLWYD_PAR_ENDPOINT "$PAR_ENDPOINT"
     fi
     q GLEWLWYD_SCOPE "openid offline_access profile email"
     q GLEWLWYD_REDIRECT_URI "http://127.0.0.1:53682/callback"
