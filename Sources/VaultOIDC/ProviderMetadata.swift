@@ -12,6 +12,10 @@ public struct ProviderMetadata: Hashable, Sendable, Codable {
     /// Where a client registers itself (RFC 7591 §3; OpenID Connect
     /// Dynamic Client Registration): nil, the issuer takes none.
     public var registrationEndpoint: String?
+    /// Where an authorization request is pushed (RFC 9126 §5), and whether
+    /// the issuer takes no other kind.
+    public var pushedAuthorizationRequestEndpoint: String?
+    public var requirePushedAuthorizationRequests: Bool?
     public var tokenEndpointAuthMethodsSupported: [String]?
     /// The algorithms the issuer takes DPoP proofs in (RFC 9449 §5.1); nil:
     /// the issuer does not do DPoP.
@@ -33,6 +37,8 @@ public struct ProviderMetadata: Hashable, Sendable, Codable {
         case deviceAuthorizationEndpoint = "device_authorization_endpoint"
         case introspectionEndpoint = "introspection_endpoint"
         case registrationEndpoint = "registration_endpoint"
+        case pushedAuthorizationRequestEndpoint = "pushed_authorization_request_endpoint"
+        case requirePushedAuthorizationRequests = "require_pushed_authorization_requests"
         case tokenEndpointAuthMethodsSupported = "token_endpoint_auth_methods_supported"
         case dpopSigningAlgValuesSupported = "dpop_signing_alg_values_supported"
     }
@@ -42,6 +48,7 @@ public struct ProviderMetadata: Hashable, Sendable, Codable {
         [self.tokenEndpoint] + [
             self.authorizationEndpoint, self.userinfoEndpoint, self.jwksURI, self.revocationEndpoint,
             self.endSessionEndpoint, self.deviceAuthorizationEndpoint, self.introspectionEndpoint, self.registrationEndpoint,
+            self.pushedAuthorizationRequestEndpoint,
         ].compactMap { $0 }
     }
 

@@ -76,20 +76,7 @@ extension OIDCClient {
                     description: "the issuer answered HTTP \(status): registration needs an initial access token it accepts"
                 )
             }
-            struct Failure: Decodable {
-                var error: String
-                var errorDescription: String?
-                enum CodingKeys: String, CodingKey {
-                    case error
-                    case errorDescription = "error_description"
-                }
-            }
-            if let failure = try? JSONDecoder().decode(Failure.self, from: Data(body)) {
-                throw .rejected(
-                    error: TokenResponseParser.clean(failure.error),
-                    description: failure.errorDescription.map(TokenResponseParser.clean)
-                )
-            }
+            if let rejection = TokenResponseParser.rejection(in: body) { throw rejection }
             throw .unavailable(reason: "the registration endpoint answered HTTP \(status)", retryAfterSeconds: nil)
         }
         let secrets: [String: SecretBytes]

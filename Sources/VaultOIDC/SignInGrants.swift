@@ -60,14 +60,20 @@ extension OIDCClient {
     // MARK: Authorization code + PKCE
 
     /// Builds an authorization request with PKCE S256, `state` and `nonce`.
-    public nonisolated func authorizationRequest(
+    /// When the issuer takes only pushed requests (RFC 9126: discovery's
+    /// `require_pushed_authorization_requests`), it is pushed first, the
+    /// client authenticated as at the token endpoint, and the URL carries
+    /// only `client_id` and the `request_uri` the issuer answered: neither
+    /// the challenge nor the redirect URI pass through the browser.
+    public func authorizationRequest(
         metadata: ProviderMetadata,
-        clientID: String,
+        client: ClientCredentials,
         redirectURI: String,
         scopes: [String],
         loginHint: String? = nil,
         dpopThumbprint: String? = nil
-    ) throws(ProviderError) -> AuthorizationRequest {
+    ) async throws(ProviderError) -> AuthorizationRequest {
+        let clientID = client.clientID
         guard let endpoint = metadata.authorizationEndpoint else {
             throw .rejected(error: "unsupported", description: "the issuer has no authorization endpoint")
         }
@@ -91,12 +97,17 @@ extension OIDCClient {
         if let loginHint { fields.append(("login_hint", loginHint)) }
         // RFC 9449 §10: the code is bound to the key that will redeem it.
         if let dpopThumbprint { fields.append(("dpop_jkt", dpopThumbprint)) }
-        let query = String(decoding: FormEncoding.encode(fields), as: UTF8.self)
+        var query = String(decoding: FormEncoding.encode(fields), as: UTF8.self)
         let verifier: SecretBytes
         do {
             verifier = try SecretBytes(utf8: verifierText)
         } catch {
             throw .unavailable(reason: "out of guarded memory", retryAfterSeconds: nil)
+        }
+        if metadata.requirePushedAuthorizationRequests == true {
+            // `authenticated` names the client itself, in the form or by Basic.
+            let pushed = try await self.push(fields.filter { $0.0 != "client_id" }, client: client, metadata: metadata)
+            query = String(decoding: FormEncoding.encode([("client_id", clientID), ("request_uri", pushed)]), as: UTF8.self)
         }
         return AuthorizationRequest(
             url: endpoint + (endpoint.contains("?") ? "&" : "?") + query,
@@ -105,6 +116,33 @@ extension OIDCClient {
             nonce: nonce,
             verifier: verifier
         )
+    }
+
+    /// Pushes an authorization request's parameters (RFC 9126 §2): the
+    /// `request_uri` the issuer answers with (§2.2), 1 to 1,024 visible
+    /// ASCII characters, else why not.
+    private func push(_ fields: [(String, String)], client: ClientCredentials, metadata: ProviderMetadata) async throws(ProviderError) -> String {
+        guard let endpoint = metadata.pushedAuthorizationRequestEndpoint else {
+            throw .untrusted(reason: "the issuer requires pushed authorization requests and names no endpoint for them")
+        }
+        var (body, headers) = self.authenticated(fields.map { ($0.0, $0.1 as any FormValue) }, client: client, metadata: metadata)
+        defer { body.secureZero() }
+        var reply = try await self.send(url: endpoint, method: .POST, headers: headers, body: body)
+        defer { reply.body.secureZero() }
+        struct Pushed: Decodable {
+            var requestURI: String
+            enum CodingKeys: String, CodingKey { case requestURI = "request_uri" }
+        }
+        guard reply.status == 201 || reply.status == 200 else {
+            if let rejection = TokenResponseParser.rejection(in: reply.body) { throw rejection }
+            throw .rejected(error: "invalid_request", description: "the issuer answered the pushed request with HTTP \(reply.status)")
+        }
+        guard let pushed = try? JSONDecoder().decode(Pushed.self, from: Data(reply.body)),
+            (1...1024).contains(pushed.requestURI.utf8.count), pushed.requestURI.utf8.allSatisfy({ (0x21...0x7E).contains($0) })
+        else {
+            throw .untrusted(reason: "the issuer's answer to a pushed request has no request_uri of 1 to 1024 visible ASCII characters")
+        }
+        return pushed.requestURI
     }
 
     /// Redeems an authorization code with the request's PKCE verifier.

@@ -157,6 +157,14 @@ enum TokenResponseParser {
         return TokenAnswer(refreshToken: refreshToken, tokens: .success(response))
     }
 
+    /// An OAuth error answer's `error` and `error_description` (RFC 6749
+    /// §5.2, RFC 7591 §3.2.2, RFC 9126 §2.3), cleaned; nil when the body is
+    /// not one.
+    static func rejection(in body: [UInt8]) -> ProviderError? {
+        guard let failure = try? JSONDecoder().decode(Failure.self, from: Data(body)) else { return nil }
+        return .rejected(error: Self.clean(failure.error), description: failure.errorDescription.map(Self.clean))
+    }
+
     /// 1 or more bytes, each from `!` to `~`.
     static func isVisibleASCII(_ token: SecretBytes) -> Bool {
         token.count > 0 && token.withUnsafeBytes { bytes in bytes.allSatisfy { (0x21...0x7E).contains($0) } }

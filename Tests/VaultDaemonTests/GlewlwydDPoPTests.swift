@@ -113,9 +113,9 @@ struct GlewlwydDPoPTests {
         try await Glewlwyd.with(dpop: "on") { provider in
             let setup = try await self.setUp(provider)
             let redirect = try #require(provider.env["GLEWLWYD_REDIRECT_URI"])
-            func request() throws -> AuthorizationRequest {
-                try setup.oidc.authorizationRequest(
-                    metadata: setup.metadata, clientID: "public-rotating", redirectURI: redirect,
+            func request() async throws -> AuthorizationRequest {
+                try await setup.oidc.authorizationRequest(
+                    metadata: setup.metadata, client: ClientCredentials(clientID: "public-rotating", secret: nil), redirectURI: redirect,
                     scopes: ["openid", "offline_access"], dpopThumbprint: setup.key.thumbprint
                 )
             }
@@ -125,11 +125,11 @@ struct GlewlwydDPoPTests {
             }
             func client(_ key: DPoPKey?) -> ClientCredentials { ClientCredentials(clientID: "public-rotating", secret: nil, dpop: key) }
             let stranger = try #require(try DPoPKey.generate(supported: ["EdDSA"]))
-            let first = try request()
+            let first = try await request()
             await #expect(throws: ProviderError.self, "a code bound to the vault's key, redeemed with another") {
                 try await setup.oidc.exchangeCode(try await code(for: first), for: first, client: client(stranger), metadata: setup.metadata)
             }
-            let second = try request()
+            let second = try await request()
             let tokens = try await setup.oidc.exchangeCode(try await code(for: second), for: second, client: client(setup.key), metadata: setup.metadata)
             #expect(tokens.tokenType == "DPoP")
             let refreshToken = try #require(tokens.refreshToken)

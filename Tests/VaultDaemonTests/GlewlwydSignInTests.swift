@@ -76,6 +76,29 @@ struct GlewlwydSignInTests {
         }
     }
 
+    /// An issuer that takes only pushed authorization requests (RFC 9126):
+    /// the request is pushed, and the browser sees only `client_id` and the
+    /// `request_uri`, no PKCE challenge and no redirect URI.
+    @Test func aPushedAuthorizationRequestSignsInWhereTheIssuerRequiresOne() async throws {
+        try await Glewlwyd.with(par: "required") { provider in
+            try await withVault { vault in
+                let client = try LineClient(path: vault.socketPath)
+                let redirect = try await self.registeredRedirect(provider, client: "public-app")
+                await self.add(client, provider, client: "public-app", redirect: redirect)
+                let started = try #require(await client.call(#"{"id":1,"op":"signin.start","account":"work","method":"browser"}"#))
+                let url = try #require(started["url"] as? String, "\(started)")
+                #expect(url.contains("request_uri=") && url.contains("client_id=public-app"), "\(url)")
+                #expect(!url.contains("code_challenge") && !url.contains("redirect_uri"), "\(url)")
+                let flow = try #require(started["flow"] as? String)
+                // The person's browser sees neither: the stand-in is told them for its consent page.
+                let page = try await provider.browse(url, ["--redirect-uri", redirect, "--scope", "openid offline_access profile email"])
+                #expect(page["status"] as? Int == 200, "\(page)")
+                let done = try #require(await client.call(#"{"id":2,"op":"signin.wait","flow":"\#(flow)"}"#))
+                #expect(done["state"] as? String == "signed_in", "\(done)")
+            }
+        }
+    }
+
     @Test func aDeclinedBrowserSignInFails() async throws {
         try await Glewlwyd.with { provider in
             try await withVault { vault in
@@ -179,18 +202,18 @@ struct GlewlwydPKCETests {
             let metadata = try await oidc.metadata(for: provider.issuer, now: Date().timeIntervalSince1970)
             let redirect = try #require(provider.env["GLEWLWYD_REDIRECT_URI"])
             let client = ClientCredentials(clientID: "public-app", secret: nil)
-            func request() throws -> AuthorizationRequest {
-                try oidc.authorizationRequest(metadata: metadata, clientID: "public-app", redirectURI: redirect, scopes: ["openid", "offline_access"])
+            func request() async throws -> AuthorizationRequest {
+                try await oidc.authorizationRequest(metadata: metadata, client: client, redirectURI: redirect, scopes: ["openid", "offline_access"])
             }
             func code(for request: AuthorizationRequest) async throws -> String {
                 try await provider.authorizationCode(for: request.url)
             }
-            let first = try request()
-            let other = try request()
+            let first = try await request()
+            let other = try await request()
             await #expect(throws: ProviderError.self, "another request's verifier is refused") {
                 try await oidc.exchangeCode(try await code(for: first), for: other, client: client, metadata: metadata)
             }
-            let second = try request()
+            let second = try await request()
             let tokens = try await oidc.exchangeCode(try await code(for: second), for: second, client: client, metadata: metadata)
             #expect(tokens.refreshToken != nil)
         }

@@ -24,9 +24,9 @@ extension SignIns {
         }
         let request: AuthorizationRequest
         do {
-            request = try self.oidc.authorizationRequest(
+            request = try await self.oidc.authorizationRequest(
                 metadata: context.metadata,
-                clientID: context.client.clientID,
+                client: context.client,
                 redirectURI: listener.redirectURI,
                 scopes: context.configuration.scopes,
                 loginHint: loginHint?.isEmpty == false ? loginHint : nil,

@@ -8,15 +8,21 @@ package struct Glewlwyd {
     package var issuer: String { self.env["GLEWLWYD_ISSUER"] ?? "" }
 
     /// `dpop`: `off`, `on`, or `nonce:N` (demo/glewlwyd/start.sh's `GLEWLWYD_DPOP`);
-    /// `registration`: `off`, `open` or `token` (`GLEWLWYD_REGISTRATION`).
-    package static func start(accessTokenSeconds: Int = 3, dpop: String = "off", registration: String = "off") async throws -> Glewlwyd {
+    /// `registration`: `off`, `open` or `token` (`GLEWLWYD_REGISTRATION`);
+    /// `par`: `off`, `on` or `required` (`GLEWLWYD_PAR`).
+    package static func start(
+        accessTokenSeconds: Int = 3,
+        dpop: String = "off",
+        registration: String = "off",
+        par: String = "off"
+    ) async throws -> Glewlwyd {
         let folder = try temporaryFolder()
         let started = try await runTool(
             packageRoot + "/demo/glewlwyd/start.sh",
             [folder],
             environment: [
                 "GLEWLWYD_ACCESS_TOKEN_SECONDS": String(accessTokenSeconds), "GLEWLWYD_DPOP": dpop,
-                "GLEWLWYD_REGISTRATION": registration,
+                "GLEWLWYD_REGISTRATION": registration, "GLEWLWYD_PAR": par,
             ]
         )
         guard started.status == 0 else { throw ToolFailure(message: "glewlwyd did not start: \(started.stderr)") }
@@ -32,9 +38,10 @@ package struct Glewlwyd {
         accessTokenSeconds: Int = 3,
         dpop: String = "off",
         registration: String = "off",
+        par: String = "off",
         _ body: (Glewlwyd) async throws -> Void
     ) async throws {
-        let provider = try await Glewlwyd.start(accessTokenSeconds: accessTokenSeconds, dpop: dpop, registration: registration)
+        let provider = try await Glewlwyd.start(accessTokenSeconds: accessTokenSeconds, dpop: dpop, registration: registration, par: par)
         do {
             try await body(provider)
         } catch {
