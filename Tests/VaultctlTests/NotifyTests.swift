@@ -223,6 +223,16 @@ struct NotifyTests {
         env["SOCKET"] = socket
         let dunst = try #require(desktop.env["NOTIFY_DUNST_PID"])
         let printed = { (try? String(contentsOfFile: out, encoding: .utf8)) ?? "" }
+        // Every Notify call on the bus, as dbus-monitor sees it (the bus lets it eavesdrop).
+        let calls = vault.folder + "/notify.calls"
+        let monitorPID = vault.folder + "/monitor.pid"
+        env["CALLS"] = calls
+        env["MONITOR_PID"] = monitorPID
+        let monitorScript = #"echo $$ > "$MONITOR_PID"; exec dbus-monitor --session "type='method_call',member='Notify'" > "$CALLS""#
+        async let monitor = runTool("/bin/bash", ["-c", monitorScript], environment: env)
+        let notifyCalls = { ((try? String(contentsOfFile: calls, encoding: .utf8)) ?? "").components(separatedBy: "member=Notify").count - 1 }
+        // It loses its unique name as it becomes a monitor: from then on it sees every call.
+        try await eventually { ((try? String(contentsOfFile: calls, encoding: .utf8)) ?? "").contains("member=NameLost") }
         let script = #"exec "$VAULTCTL" notify --socket "$SOCKET" > "$OUT" 2> "$ERR""#
         async let notify = runTool("/bin/bash", ["-c", script], environment: env)
         do {
@@ -233,7 +243,7 @@ struct NotifyTests {
                 // work's Notify waits for dunst; work is signed out meanwhile.
                 #expect(try await runTool("/bin/kill", ["-STOP", dunst]).status == 0)
                 #expect(try await runTool("vaultctl", ["token", "work", "--force-refresh"], environment: vault.env).status == 77)
-                try await Task.sleep(for: .seconds(1))
+                try await eventually { notifyCalls() >= 1 }
                 #expect(try await runTool("vaultctl", ["signout", "work"], environment: vault.env).status == 0)
                 #expect(try await runTool("/bin/kill", ["-CONT", dunst]).status == 0)
                 try await eventually { desktop.displayedCount >= 1 }
@@ -253,6 +263,10 @@ struct NotifyTests {
             throw error
         }
         _ = try? await runTool("/bin/kill", ["-CONT", dunst])
+        if let pid = try? String(contentsOfFile: monitorPID, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines) {
+            _ = try? await runTool("/bin/kill", [pid])
+        }
+        _ = try? await monitor
         await Self.stop(socket)
         _ = try await notify
         await desktop.stop()
