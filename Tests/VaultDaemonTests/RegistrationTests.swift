@@ -104,6 +104,23 @@ struct RegistrationTests {
         }
     }
 
+    /// The issuer is gone when the account is removed: the account goes all
+    /// the same, and the answer says what stays at the issuer.
+    @Test func anAccountIsRemovedEvenWhenItsRegistrationCannotBeDeleted() async throws {
+        let provider = try await Glewlwyd.start(registration: "open")
+        let (daemon, env) = try await self.daemon()
+        let added = try await runTool("vaultctl", ["account", "add", "work", "--issuer", provider.issuer] + Self.scopes, environment: env)
+        #expect(added.status == 0, "\(added.stderr)")
+        await provider.stop()
+        let removed = try await runTool("vaultctl", ["account", "remove", "work", "--json"], environment: env)
+        #expect(removed.status == 0, "\(removed.stderr)")
+        let answer = try #require(try JSONSerialization.jsonObject(with: Data(removed.stdout.utf8)) as? [String: Any])
+        #expect(answer["registration_deleted"] as? Bool == false, "\(answer)")
+        #expect((answer["registration_left"] as? String)?.contains("stays at the issuer") == true, "\(answer)")
+        #expect(try await runTool("vaultctl", ["account", "list"], environment: env).stdout.isEmpty)
+        #expect(await daemon.terminate() == 0)
+    }
+
     /// An issuer that registers only with an initial access token: without
     /// one it is the issuer's refusal, with nothing added; with one read from
     /// stdin it registers.
