@@ -102,6 +102,38 @@ import VaultServer
         }
     }
 
+    /// The same doors for an account without `allowed_clients` (every
+    /// program of the user) that does not release its refresh token: the
+    /// caller no longer matters, the door still does.
+    static let expectedOpen: [String: [Door: String]] = {
+        var table = Self.expected.mapValues { row in row.mapValues { verdict in verdict.replacingOccurrences(of: "ok/forbidden", with: "ok/ok") } }
+        table["refresh_token"] = [.main: "forbidden/forbidden", .share: "forbidden/forbidden", .dpopShare: "forbidden/forbidden"]
+        return table
+    }()
+
+    static let open = AccountPolicy(
+        {
+            var configuration = AccountConfiguration(name: "work", issuer: "https://issuer.example", clientID: "c", scopes: ["openid", "offline_access"])
+            configuration.identity = "id-work"
+            return configuration
+        }()
+    )
+
+    static func outcome(_ line: String, _ door: Door, _ peer: Peer, policy: AccountPolicy) -> String {
+        guard case .success(let command) = LineCodec.request(from: Array(line.utf8)).command else { return "undecodable" }
+        switch Gate.admit(command, from: peer, through: Self.grant(door), uptime: 0, accounts: ["work"], policy: { $0 == "work" ? policy : nil }) {
+        case .success: return "ok"
+        case .failure(let error): return error.code == .forbidden ? "forbidden" : "\(error.code)"
+        }
+    }
+
+    @Test(arguments: Self.lines.keys.sorted(), Door.allCases)
+    func theGateAnswersAsItsTableSaysForAnAccountOfEveryProgram(_ op: String, _ door: Door) throws {
+        let line = try #require(Self.lines[op])
+        let said = Self.outcome(line, door, Self.allowed, policy: Self.open) + "/" + Self.outcome(line, door, Self.other, policy: Self.open)
+        #expect(said == Self.expectedOpen[op]?[door], "\(op) through \(door.rawValue)")
+    }
+
     @Test func everyOperationIsInTheTable() {
         let ops = Set(Op.allCases.map(\.rawValue))
         #expect(ops.isSubset(of: Set(Self.lines.keys)))
