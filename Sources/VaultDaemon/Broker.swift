@@ -317,13 +317,16 @@ package actor Broker {
     /// fails the account is removed all the same, and the answer says what
     /// is left at the issuer.
     package func remove(_ name: String) async throws(VaultError) -> RemovalResult {
-        guard let registered = self.accounts[name]?.configuration.registration else { throw VaultError.unknownAccount(name) }
+        guard let removing = self.accounts[name]?.configuration else { throw VaultError.unknownAccount(name) }
+        let registered = removing.registration
         var receipt = SignOutReceipt(name: name, revoked: .no, wiped: [.memory])
         if !self.store.isLocked {
             receipt = try await self.signOut(name).0
         }
-        // Copies of their own: forgetting the account wipes its secrets in place.
-        let held = self.accounts[name]?.secrets
+        // Copies of their own: forgetting the account wipes its secrets in
+        // place. Only this account's: another removal and an add under the
+        // name while the sign-out waited leave another client's here.
+        let held = self.accounts[name].flatMap { $0.configuration.identity == removing.identity ? $0.secrets : nil }
         let registration = held.flatMap { secrets -> (SecretBytes, SecretBytes)? in
             guard let token = secrets.registrationAccessToken, let uri = secrets.registrationClientURI else { return nil }
             guard let tokenCopy = try? token.withUnsafeBytes({ bytes throws(SodiumError) in try SecretBytes(copying: bytes) }),
